@@ -87,7 +87,7 @@ def delivered_again(store: Store, report: TimerReport, start: int) -> int:
     delivered already (``_delivered``) or still have a unit in the timer log (from further back than that message): ``enqueue``
     takes no note of either, so the broker delivers each a second time, a delivered one at once (``putMessageToTimerWheel``:
     due before ``currWriteTimeMs``, straight to ``dequeuePutQueue``; 5.0.0-5.3.3, reference §9)."""
-    after = report.rows[-1]["offset"]
+    after = report.rows[-1]["offset"] if report.rows else store.commitlog.min_offset
     try:  # where the queue has ``start``, from its message on; else after the last unit's message (the queue is in log order)
         entry = store.consume_queue(fmt.TIMER_TOPIC, 0).read_entry(start)
     except (LookupError, OSError, ValueError):

@@ -29,6 +29,7 @@ class StoreConfig:
     enable_multi_dispatch: bool | None = None  # enableMultiDispatch, false where broker.conf leaves it out; None: no broker.conf
     # (the records decide: Store.multi_dispatch)
     reput_notifies: bool = True  # longPollingEnable, brokerRole not SLAVE: 4.9.x's reput notifies (formats.dispatch.LmqNotifyThrows)
+    slave: bool = False  # brokerRole=SLAVE, not DLedger's, a controller's or an acting master's to decide: 5.x timers not dequeued
     dledger: bool | None = None  # enableDLegerCommitLog; None: detected from dledger-*/data
     dledger_data_path: Path | None = None  # storePathDLedgerCommitLog
     dledger_self_id: str | None = None  # dLegerSelfId
@@ -114,6 +115,8 @@ def load_broker_config(path: Path) -> StoreConfig:
         delay_levels=conf.get("messageDelayLevel", DEFAULT_DELAY_LEVELS),
         enable_multi_dispatch=_bool(conf, "enableMultiDispatch", False),  # MessageStoreConfig's default: off
         reput_notifies=bool(_bool(conf, "longPollingEnable", True)) and conf.get("brokerRole") != "SLAVE",
+        slave=(conf.get("brokerRole") == "SLAVE" and not _bool(conf, "enableDLegerCommitLog", False)
+               and not _bool(conf, "enableControllerMode", False) and not _bool(conf, "enableSlaveActingMaster", False)),
         dledger=_bool(conf, "enableDLegerCommitLog", None),
         dledger_data_path=Path(conf["storePathDLedgerCommitLog"]) if conf.get("storePathDLedgerCommitLog") else None,
         dledger_self_id=conf.get("dLegerSelfId") or None,

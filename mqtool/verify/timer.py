@@ -13,12 +13,15 @@ from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
 
 from ..formats import timer as fmt
 from ..store import Store
+from ..store.lookup import QueueRange, queue_max_after_cut, queue_range
+from ..store.nextstart import NextStart, refused_by
+from ..store.resync import record_start
 from ..store.timer import TimerStore, chain_break, recovered_wheel, timer_eras
 from ..store.mappedfile import stray_after
-from ..store.nextstart import refused_by
 from ..store.store import empty_not_last
 from .commitlog import relative, stray_finding
 from .findings import Finding, error, info, warning
+from .state import dispatching_recovery, redispatch_start
 
 if TYPE_CHECKING:
     from ..scan.timer import TimerReport
@@ -26,8 +29,9 @@ if TYPE_CHECKING:
 WHEEL_FILE_SIZE = fmt.WHEEL_FILE_SIZE
 
 
-def timer_findings(store: Store) -> Iterator[Finding]:
-    """The findings; the generator's return value is a one-line summary (None without a timer store)."""
+def timer_findings(store: Store, start: NextStart | None = None) -> Iterator[Finding]:
+    """The findings; the generator's return value is a one-line summary (None without a timer store). ``start``: the broker's
+    next start, where the caller has it (else ``nextstart.next_start``)."""
     timer = TimerStore.open(store.root)
     if timer is None:
         return None
@@ -36,7 +40,11 @@ def timer_findings(store: Store) -> Iterator[Finding]:
 
     report = timer_report(store, timer)
     end = report.log_end
-    resume = _resume(store, report, timer.check)
+    if start is None:
+        from ..store.nextstart import next_start
+
+        start = next_start(store)
+    resume = _resume(store, report, timer.check, start)
     again = functools.cache(lambda: _again(store, report, resume))  # a commit log scan: only for an info that says it
     if not end.clean and resume.requeued:
         yield info("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it "
@@ -192,7 +200,12 @@ def _missing_wheel(report: TimerReport) -> Finding:
 def _again(store: Store, report: TimerReport, resume: Resume) -> str:
     """The clause a ``requeued`` info adds where some of the messages enqueued again were delivered already, or, resumed from
     timercheck's ``masterTimerQueueOffset``, still have their unit in the timer log (``scan.timer.delivered_again``): the
-    broker delivers them a second time."""
+    broker delivers them a second time. A slave (``StoreConfig.slave``) delivers none: ``BrokerController.start`` sets
+    ``shouldRunningDequeue`` only for brokerId 0, which a SLAVE's never is (``BrokerStartup``), and without it
+    ``TimerMessageStore.isRunningDequeue`` is false and ``putMessageToTimerWheel`` sends nothing due to ``dequeuePutQueue``
+    (5.0.0-5.3.3)."""
+    if store.config.slave:
+        return ", none of which a slave delivers (brokerRole=SLAVE: TimerMessageStore.isRunningDequeue is false)"
     from ..scan.timer import delivered_again
 
     n = delivered_again(store, report, resume.offset)
@@ -202,14 +215,18 @@ def _again(store: Store, report: TimerReport, resume: Resume) -> str:
 
 class Resume(NamedTuple):
     """Where ``TimerMessageStore.recover`` (5.0.0-5.3.3) resumes enqueuing ``rmq_sys_wheel_timer`` queue 0 (reference §9):
-    ``offset``, before 5.3.2's clamp to the queue's [min, max] (rules §8.1); ``after_unit``: ``reviseQueueOffset`` read the
-    message of the timer log's last unit, the offset right after it; ``master``: timercheck's ``masterTimerQueueOffset`` is
-    lower and taken instead (``currQueueOffset = min(...)``), from further back; ``queue_end``: the queue's end, if any."""
+    ``offset``, raised to the queue's min offset where below it, before 5.3.2's clamp to its max (rules §8.1); ``after_unit``:
+    ``reviseQueueOffset`` read the message of the timer log's last unit, the offset right after it; ``master``: timercheck's
+    ``masterTimerQueueOffset`` is lower and taken instead (``currQueueOffset = min(...)``), from further back; ``queue_end``:
+    the queue's end, if any; ``raised_from``: the offset ``offset`` replaces, below the queue's min offset; ``checked``:
+    ``config/timercheck`` exists."""
 
     offset: int
     after_unit: bool
     master: bool
     queue_end: int | None
+    raised_from: int | None = None
+    checked: bool = True
 
     @property
     def past_end(self) -> bool:
@@ -224,36 +241,84 @@ class Resume(NamedTuple):
         return self.after_unit and not self.past_end
 
 
-def _resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None) -> Resume:
+def _resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None, start: NextStart | None) -> Resume:
     """The ``Resume`` of ``TimerMessageStore.recover``: ``reviseQueueOffset`` reads the unit right before where
     ``recoverAndRevise`` ends the log; where its message is readable, the offset after that message's queue offset (the one
     stored in the record: it searches the queue back for it and keeps it where the queue lost it), else timercheck's
-    ``lastTimerQueueOffset``; then the lower of that and ``masterTimerQueueOffset``."""
+    ``lastTimerQueueOffset``; then the lower of that and ``masterTimerQueueOffset``. Without ``config/timercheck`` both read
+    0 (``TimerCheckpoint``'s constructor reads the file only where it exists): ``master``, from 0. Below the queue's min offset
+    (``_timer_queue_range``: ``correctMinOffset`` runs in ``DefaultMessageStore.load``, before), that min:
+    ``TimerMessageStore.enqueue`` raises ``currQueueOffset`` to it before it reads (5.0.0-5.3.3; ``recover`` too, 5.3.2+)."""
     rows, end = report.rows, report.log_end.offset
     after_unit = bool(rows) and rows[-1]["timer_log_offset"] == end - fmt.UNIT_SIZE and rows[-1]["state"] != "lost"
     if after_unit:
         offset = store.commitlog.read_record(rows[-1]["offset"]).queue_offset + 1
     else:
         offset = check.last_timer_queue_offset if check is not None else 0
-    master = check is not None and check.master_timer_queue_offset < offset
-    return Resume(check.master_timer_queue_offset if master else offset, after_unit, master, _timer_queue_end(store))
+    master_offset = check.master_timer_queue_offset if check is not None else 0
+    master = check is None or master_offset < offset
+    offset = min(offset, master_offset)
+    queue = _timer_queue_range(store, start)
+    low = queue.min_offset if queue is not None and offset < queue.min_offset else None
+    return Resume(offset if low is None else low, after_unit, master, queue.max_offset if queue is not None else None,
+                  None if low is None else offset, check is not None)
 
 
-def _timer_queue_end(store: Store) -> int | None:
-    """``rmq_sys_wheel_timer`` queue 0's max offset; None where it cannot be read."""
+def _timer_queue_range(store: Store, start: NextStart | None) -> QueueRange | None:
+    """``rmq_sys_wheel_timer`` queue 0's min and max offsets (``lookup.queue_range``; [0, 0] without a file; None where it
+    cannot be read) as ``TimerMessageStore.recover`` reads them: after the recovery of ``DefaultMessageStore.load``, which
+    ``BrokerController.recoverAndInitService`` runs first (5.0.0-5.3.3), on the log the next start keeps (``start``):
+    ``truncateDirtyLogicFiles`` cuts the entries at or past its end (``lookup.queue_max_after_cut``), and a recovery that
+    dispatches (``state.dispatching_recovery``: abnormal; 5.3.2+ normal, rules §2.3) appends the entries of the queue's
+    records after its last one, from where it dispatches (``state.redispatch_start``): a lost tail is rebuilt."""
     try:
-        queue = store.consume_queue(fmt.TIMER_TOPIC, 0)
-        return queue.recover().max_offset if queue.files else 0
+        loaded = queue_range(store, fmt.TIMER_TOPIC, 0) or QueueRange(0, 0)
     except (LookupError, OSError, ValueError):
         return None
+    end = start.logical_end if start is not None else None
+    if end is None:
+        return loaded
+    top, last = loaded.max_offset, None
+    if top:
+        queue = store.consume_queue(fmt.TIMER_TOPIC, 0)
+        last = queue.read_entry(top - 1)
+        if last is not None and last.phys_offset >= end:
+            top = queue_max_after_cut(store, fmt.TIMER_TOPIC, 0, end, top - 1)
+            last = queue.read_entry(top - 1) if top else None
+    since = redispatch_start(store)[0] if dispatching_recovery(store) is not None else None  # None: the release decides
+    if since is not None:
+        from ..scan.filter import MessageFilter
+        from ..scan.messages import MessageScan
+
+        after = last.phys_offset + last.size if last is not None else store.commitlog.min_offset
+        scan = MessageScan(store, start=record_start(store.commitlog, max(since, after)), stop=end, columns=["offset"],
+                           match=MessageFilter(topics=(fmt.TIMER_TOPIC,), queue=0), check_crc=False)
+        top += sum(o >= since for batch in scan for o in batch["offset"].to_pylist())
+    return QueueRange(min(loaded.min_offset, top), top)
+
+
+def _master(resume: Resume) -> str:
+    """timercheck's ``masterTimerQueueOffset`` where ``resume`` took it, in words."""
+    value = resume.offset if resume.raised_from is None else resume.raised_from
+    if resume.checked:
+        return f"timercheck's masterTimerQueueOffset {value}"
+    return f"masterTimerQueueOffset {value} (config/timercheck is missing: TimerCheckpoint reads 0)"
+
+
+def _raised(resume: Resume) -> str:
+    """What a resume below the queue's min offset adds: where the enqueue goes on instead."""
+    if resume.raised_from is None:
+        return ""
+    return (f", below the queue's min offset {resume.offset}, where it goes on (TimerMessageStore.enqueue raises it, 5.0.0+; "
+            "recover, 5.3.2+)")
 
 
 def _resumes(resume: Resume) -> str:
     """Where a ``requeued`` info says the broker's enqueue resumes."""
     if resume.master:
-        return (f"resumes {fmt.TIMER_TOPIC} at timercheck's masterTimerQueueOffset {resume.offset}, before the message of the log's "
-                "last unit (TimerMessageStore.recover takes the lesser of the two)")
-    return f"resumes {fmt.TIMER_TOPIC} after the message of the log's last unit (reviseQueueOffset)"
+        return (f"resumes {fmt.TIMER_TOPIC} at {_master(resume)}, before the message of the log's "
+                f"last unit (TimerMessageStore.recover takes the lesser of the two){_raised(resume)}")
+    return f"resumes {fmt.TIMER_TOPIC} after the message of the log's last unit (reviseQueueOffset){_raised(resume)}"
 
 
 def _resumes_at(resume: Resume) -> str:
@@ -261,12 +326,19 @@ def _resumes_at(resume: Resume) -> str:
     why = ("timercheck's masterTimerQueueOffset, the lesser" if resume.master else "after the message of the log's last unit, "
            "which the queue lost (reviseQueueOffset)" if resume.after_unit else "timercheck's lastTimerQueueOffset: reviseQueueOffset "
            "reads no message of the log's last unit")
-    return f"{resume.offset} ({why})"
+    said = resume.offset if resume.raised_from is None else resume.raised_from
+    return f"{said} ({why}){_raised(resume)}"
 
 
 def _check_findings(store: Store, timer: TimerStore, report: TimerReport, resume: Resume, again: Callable[[], str]) -> Iterator[Finding]:
     check = timer.check
     if check is None:
+        if resume.queue_end is not None and resume.queue_end > resume.offset:
+            yield info("timercheck-missing", f"config/timercheck is missing: its offsets read 0 (TimerCheckpoint reads the file only where "
+                       f"it exists), so the broker's timer recovery resumes {fmt.TIMER_TOPIC} at masterTimerQueueOffset 0, the lesser "
+                       f"(TimerMessageStore.recover){_raised(resume)}, and enqueues the {resume.queue_end - resume.offset} messages "
+                       f"from there again{again()}", file="config/timercheck", expected="a timer checkpoint", found=None,
+                       details={"requeued": True, "from": resume.offset})
         return
     end = report.log_end.offset
     if check.last_timer_log_flush_pos > end:
@@ -293,7 +365,7 @@ def _check_findings(store: Store, timer: TimerStore, report: TimerReport, resume
                    details={"requeued": True}, **where)
     elif not resume.past_end:  # recover: currQueueOffset = min(it, masterTimerQueueOffset), 5.0.0-5.3.3
         yield info("timercheck-ahead", message + f": the broker's timer recovery resumes at its masterTimerQueueOffset "
-                   f"{check.master_timer_queue_offset}, the lesser (TimerMessageStore.recover): nothing skipped", **where)
+                   f"{check.master_timer_queue_offset}, the lesser (TimerMessageStore.recover){_raised(resume)}: nothing skipped", **where)
     elif eras and clamping == eras:
         yield info("timercheck-ahead", message + ": the broker's timer recovery resumes at the queue's end (TimerMessageStore.recover "
                    "clamps it, 5.3.2+): nothing skipped", details={"clamped": True}, **where)

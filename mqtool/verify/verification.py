@@ -174,7 +174,7 @@ class Verification:
         if "timer" in opts.checks and store.root is not None:
             from .timer import timer_findings
 
-            line = yield from timer_findings(store)
+            line = yield from timer_findings(store, summary.next_start)
             if line:
                 summary.notes.append(line)
 
