@@ -187,12 +187,25 @@ def _delay_offsets_malformed_beside_a_fifo_bak(root):
     os.mkfifo(root / "config" / "delayOffset.json.bak")
 
 
+def _both_fifos(name):
+    """``name`` and its .bak both FIFOs: the broker's start hangs in the file's open (``MixAll.file2String``) and never reaches
+    the .bak; repair moves both out, and the broker then reads neither (``ConfigManager.loadBak`` returns true: an empty
+    table), so verify reports nothing of them. Loaded after the store (4.9.2+ delayOffset.json, 5.x timermetrics): no refusal."""
+    def damage(root):
+        for path in (root / "config" / name, root / "config" / f"{name}.bak"):
+            path.unlink(missing_ok=True)
+            os.mkfifo(path)
+    return damage
+
+
 @pytest.mark.parametrize("version, fixture, damage, unmasked", [
     ("4.9.7", ("4.9.7", "crashed-small"), _bak_a_directory, []),  # config-unreadable, error: quarantine of the .bak
     ("4.9.7", ("4.9.7", "config-real"), _topics_a_directory, []),  # config-unreadable, warning: quarantine of the directory
     ("4.9.7", ("4.9.7", "config-real"), _topics_a_directory_and_a_cut, []),  # and consumer-offset-range against the cut queues
     ("4.9.7", ("4.9.7", "config-real"), _delay_offsets_malformed_beside_a_fifo_bak,
      [("config-unreadable", "error", "config/delayOffset.json", None)]),  # the file the FIFO .bak hid
+    ("4.9.7", ("4.9.7", "config-real"), _both_fifos("delayOffset.json"), []),  # the .bak the FIFO hid is moved out too
+    ("5.3.3", ("5.3.3", "timer-crashed"), _both_fifos("timermetrics"), []),
     ("5.3.3", ("5.3.3", "crashed-small"), lambda root: (root / "index" / "99999999999999999").mkdir(), []),  # index-stray-entry
     ("5.3.3", ("5.3.3", "timer-crashed"), lambda root: (root / "timerlog" / "99999999999999999999").write_bytes(bytes(100)), []),
 ])

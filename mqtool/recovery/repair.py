@@ -1082,16 +1082,20 @@ def file_fix_steps(findings: list[Finding], steps: list[RepairStep], files: Plan
     return {id(f): found for f in findings if (found := step(f)) is not None}
 
 
-def _left_by_file_fixes(store: Store, findings: list[Finding], fixed: dict[int, str]) -> list[Finding]:
-    """``findings`` once the file fixes (``fixed``: ``file_fix_steps``) are applied: those they fix go, and in the place of a
-    config FIFO they move out, what verify's config check reports with it gone (``config_file_findings`` ``without`` it): a
-    passed-over file the FIFO hid, as the file beside a FIFO .bak, the broker then reading no .bak and starting with an empty
-    table (``ConfigManager.loadBak``). Not in ``recover``'s table, which says what verify reports after the recovery alone."""
+def _left_by_file_fixes(store: Store, findings: list[Finding], fixed: dict[int, str], files: Plan | None) -> list[Finding]:
+    """``findings`` once the file fixes (``files``; ``fixed``: ``file_fix_steps``) are applied: those they fix go, and in the
+    place of a config FIFO they move out, what verify's config check reports with every config file they move out gone
+    (``config_file_findings`` ``without`` them): a passed-over file the FIFO hid, as the file beside a FIFO .bak, the broker
+    then reading no .bak and starting with an empty table (``ConfigManager.loadBak``); nothing where its .bak, which the
+    FIFO file hid (``file2String`` waits in the file's open), is moved out too. Not in ``recover``'s table, which says what
+    verify reports after the recovery alone."""
+    moved = frozenset(a.path for a in files.actions if a.op == "quarantine") if files is not None else frozenset()
+
     def after(f: Finding) -> list[Finding]:
         if id(f) not in fixed:
             return [f]
         if f.kind == "config-unreadable" and f.found == A_FIFO:
-            return [g for g in config_file_findings(store, Path(f.file).name.removesuffix(".bak"), without=f.file) if g.severity.fails]
+            return [g for g in config_file_findings(store, Path(f.file).name.removesuffix(".bak"), without=moved) if g.severity.fails]
         return []
 
     return [g for f in findings for g in after(f)]
@@ -1114,7 +1118,7 @@ def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings:
     later: list[RepairStep] = []
     if findings is not None and recover is not None:
         fixed = file_fix_steps(findings, steps, files)
-        t = triage(predict_after_recovery(_left_by_file_fixes(store, findings, fixed), recover, store), last_timestamp)
+        t = triage(predict_after_recovery(_left_by_file_fixes(store, findings, fixed, files), recover, store), last_timestamp)
         later = steps_of(t)
         steps += later
         remaining = t.lost

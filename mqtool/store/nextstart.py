@@ -423,7 +423,7 @@ def config_refusal(store: Store, name: str, eras) -> str | None:
             f"({found[2]}), so it returns false and BrokerController.initialize fails{found[1]}")
 
 
-def bak_refusal(store: Store, name: str, eras, without: str | None = None) -> tuple[str, str, str] | None:
+def bak_refusal(store: Store, name: str, eras, without: frozenset[str] = frozenset()) -> tuple[str, str, str] | None:
     """(why, which eras: "" all, why the file was passed over) the broker refuses to start on config file ``name``, which
     ``eras`` (of the store's) load, or None: ``ConfigManager.load`` passes over the file (missing, empty, unreadable,
     undecodable) and ``loadBak`` throws on its ``.bak``, catches it and returns false (``ConfigDocument.bak_unusable``),
