@@ -936,17 +936,19 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: St
     return kept if store is None else recovered_offset_findings(store, kept, recover)
 
 
-def recovered_offset_findings(store: Store, findings: list[Finding], recover: Plan) -> list[Finding]:
+def recovered_offset_findings(store: Store, findings: list[Finding], recover: Plan, *later: Plan) -> list[Finding]:
     """``findings`` with their ``consumer-offset-range`` ones as verify's check (``consumer_offset_findings``) places the
-    committed offsets against each queue's [min, max] after ``recover`` (its queue plans; a queue left without a file has
-    none), in the place of today's; unchanged where the recovery changes no queue's range."""
-    ranges = {}
-    for q in recover.queues:
+    committed offsets against each queue's [min, max] after ``recover`` and then the ``later`` plans (a ``rebuild-cq`` of
+    ``repair``'s), each from its queue plans (a queue left without a file has none), in the place of today's; unchanged
+    where none changes a queue's range."""
+    ranges, unchanged = {}, True
+    for q in (q for plan in (recover, *later) for q in plan.queues):
         fates = {f.name: f.action for f in q.files}
         on_disk = {Path(path).name for _, path in store.consume_queue(q.topic, q.queue_id).files}
         left = {n for n in on_disk if fates.get(n) != "delete"} | {n for n, a in fates.items() if a != "delete"}
         ranges[q.topic, q.queue_id] = QueueRange(q.min_after, q.max_after) if left else None
-    if all(ranges[q.topic, q.queue_id] == QueueRange(q.min_before, q.max_before) for q in recover.queues):
+        unchanged = unchanged and ranges[q.topic, q.queue_id] == QueueRange(q.min_before, q.max_before)
+    if unchanged:
         return findings
     placed = [f for f in consumer_offset_findings(store, ranges) if f.severity.fails]
     at = next((i for i, f in enumerate(findings) if f.kind == "consumer-offset-range"), len(findings))
@@ -1101,6 +1103,15 @@ def _left_by_file_fixes(store: Store, findings: list[Finding], fixed: dict[int, 
     return [g for f in findings for g in after(f)]
 
 
+def _rebuild_of(store: Store, queues: Iterable[tuple[str, int]]) -> list[Plan]:
+    """The predicted ``rebuild-cq`` step's plan of ``queues``, made on the store as it is (the recovery cuts the log where the
+    rebuild's walk ends, ``rebuild.RebuildScan``); none where the candidate versions' plans differ (the step then refuses)."""
+    try:
+        return [plan_queue_rebuild(store, queues)]
+    except Refused:
+        return []
+
+
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *,
                 recover_error: str | None = None, timer_log_file_size: int | None = None, readings: set[bool] | None = None) -> RepairPlan:
     """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly, the
@@ -1118,7 +1129,10 @@ def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings:
     later: list[RepairStep] = []
     if findings is not None and recover is not None:
         fixed = file_fix_steps(findings, steps, files)
-        t = triage(predict_after_recovery(_left_by_file_fixes(store, findings, fixed, files), recover, store), last_timestamp)
+        kept = predict_after_recovery(_left_by_file_fixes(store, findings, fixed, files), recover, store)
+        t = triage(kept, last_timestamp)
+        if t.queues and store.config_file("consumerOffset.json") is not None:  # the rebuild's queue ends, for the offsets' rows
+            t = triage(recovered_offset_findings(store, kept, recover, *_rebuild_of(store, t.queues)), last_timestamp)
         later = steps_of(t)
         steps += later
         remaining = t.lost
