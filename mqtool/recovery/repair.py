@@ -24,7 +24,7 @@ from ..formats import config as cfgfmt
 from ..formats import consumequeue as cqfmt
 from ..formats import timer as tfmt
 from ..formats.dispatch import dispatch_request
-from ..errors import Refused
+from ..errors import BadInput, Refused
 from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from ..formats.errors import CorruptRecord
 from ..store import Store
@@ -595,7 +595,6 @@ def _timer_log_blank(path: Path, base: int, size: int, file_size: int) -> int | 
 
 def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str | None]:
     """``CutSegment``'s ``entries``, ``unit_ranges`` and ``unread`` for the log range [``start``, ``stop``)."""
-    from ..errors import BadInput
     from ..store.consumequeue import discover_queues, infer_queue_file_size
 
     cq_dir = root / "consumequeue"
@@ -1105,10 +1104,11 @@ def _left_by_file_fixes(store: Store, findings: list[Finding], fixed: dict[int, 
 
 def _rebuild_of(store: Store, queues: Iterable[tuple[str, int]]) -> list[Plan]:
     """The predicted ``rebuild-cq`` step's plan of ``queues``, made on the store as it is (the recovery cuts the log where the
-    rebuild's walk ends, ``rebuild.RebuildScan``); none where the candidate versions' plans differ (the step then refuses)."""
+    rebuild's walk ends, ``rebuild.RebuildScan``); none where it cannot be planned (the candidate versions' plans differ, a
+    record it refuses: the step, planned again when applied, then says so), the rows then placed after the recovery alone."""
     try:
         return [plan_queue_rebuild(store, queues)]
-    except Refused:
+    except (Refused, BadInput):
         return []
 
 
