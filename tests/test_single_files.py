@@ -381,6 +381,27 @@ def test_a_device_node_lock_is_never_opened(tmp_path, monkeypatch):
     assert str(root / "lock") not in opened and stat.S_ISCHR(os.lstat(root / "lock").st_mode)
 
 
+@pytest.mark.parametrize("second", ["commitlog/00000000000000000000", "consumequeue/TopicTest/0/00000000000000000000"])
+def test_a_wheel_of_the_wrong_length_is_said_with_the_refusal_the_start_meets_after_it(tmp_path, second):
+    """A ``timerwheel`` of the wrong length (5.3.3 ``timer-crashed``) beside a commit log segment or a consume queue file cut
+    short, which the broker refuses to load after the wheel: the next start's line (verify, info, repair) says the wheel's
+    refusal, then the file's, as it says that file alone, with the figures once that is fixed where it gives them (a queue
+    file, which the recovery rewrites). Before: the wheel's refusal alone, without the second refusal or any figures."""
+    def line_of(root):
+        return json.loads(run("verify", root, "--broker-version", "5.3.3", "--format", "json").stdout)["summary"]["next_start"]["line"]
+
+    root = copy_store("5.3.3", "timer-crashed", tmp_path)
+    os.truncate(root / second, 1000)
+    alone = line_of(root).removeprefix("the broker's next start refuses to start: ")
+    assert alone.startswith(f"{second.rsplit('/', 1)[1] if second.startswith('commitlog') else second}: 1000 bytes")
+    os.truncate(root / "timerwheel", 1000000)
+    line = line_of(root)
+    assert line == ("the broker's next start refuses to start: timerwheel: 1000000 bytes, not 38707200, on which TimerWheel's constructor "
+                    f"throws, so BrokerController.initialize fails; then, once `repair` has resized the wheel, it refuses to start: {alone}")
+    assert json.loads(run("info", root, "--broker-version", "5.3.3", "--format", "json").stdout)["next_start"]["line"] == line
+    assert json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)["next_start"]["line"] == line
+
+
 @pytest.mark.parametrize("size", [1000000, 38707200 + 32])
 def test_wheel_of_the_wrong_length_refuses_the_start_in_every_command(tmp_path, size):
     """Before: a ``timerwheel`` cut short or grown (5.3.3 ``timer-crashed``), on which ``TimerWheel``'s constructor throws in

@@ -917,17 +917,19 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: St
     return kept if store is None else recovered_offset_findings(store, kept, recover)
 
 
-def recovered_offset_findings(store: Store, findings: list[Finding], recover: Plan) -> list[Finding]:
+def recovered_offset_findings(store: Store, findings: list[Finding], recover: Plan, *later: Plan) -> list[Finding]:
     """``findings`` with their ``consumer-offset-range`` ones as verify's check (``consumer_offset_findings``) places the
-    committed offsets against each queue's [min, max] after ``recover`` (its queue plans; a queue left without a file has
-    none), in the place of today's; unchanged where the recovery changes no queue's range."""
-    ranges = {}
-    for q in recover.queues:
+    committed offsets against each queue's [min, max] after ``recover`` and then the ``later`` plans (a ``rebuild-cq`` of
+    ``repair``'s), each from its queue plans (a queue left without a file has none), in the place of today's; unchanged
+    where none changes a queue's range."""
+    ranges, unchanged = {}, True
+    for q in (q for plan in (recover, *later) for q in plan.queues):
         fates = {f.name: f.action for f in q.files}
         on_disk = {Path(path).name for _, path in store.consume_queue(q.topic, q.queue_id).files}
         left = {n for n in on_disk if fates.get(n) != "delete"} | {n for n, a in fates.items() if a != "delete"}
         ranges[q.topic, q.queue_id] = QueueRange(q.min_after, q.max_after) if left else None
-    if all(ranges[q.topic, q.queue_id] == QueueRange(q.min_before, q.max_before) for q in recover.queues):
+        unchanged = unchanged and ranges[q.topic, q.queue_id] == QueueRange(q.min_before, q.max_before)
+    if unchanged:
         return findings
     placed = [f for f in consumer_offset_findings(store, ranges) if f.severity.fails]
     at = next((i for i, f in enumerate(findings) if f.kind == "consumer-offset-range"), len(findings))
@@ -1063,19 +1065,33 @@ def file_fix_steps(findings: list[Finding], steps: list[RepairStep], files: Plan
     return {id(f): found for f in findings if (found := step(f)) is not None}
 
 
-def _left_by_file_fixes(store: Store, findings: list[Finding], fixed: dict[int, str]) -> list[Finding]:
-    """``findings`` once the file fixes (``fixed``: ``file_fix_steps``) are applied: those they fix go, and in the place of a
-    config FIFO they move out, what verify's config check reports with it gone (``config_file_findings`` ``without`` it): a
-    passed-over file the FIFO hid, as the file beside a FIFO .bak, the broker then reading no .bak and starting with an empty
-    table (``ConfigManager.loadBak``). Not in ``recover``'s table, which says what verify reports after the recovery alone."""
+def _left_by_file_fixes(store: Store, findings: list[Finding], fixed: dict[int, str], files: Plan | None) -> list[Finding]:
+    """``findings`` once the file fixes (``files``; ``fixed``: ``file_fix_steps``) are applied: those they fix go, and in the
+    place of a config FIFO they move out, what verify's config check reports with every config file they move out gone
+    (``config_file_findings`` ``without`` them): a passed-over file the FIFO hid, as the file beside a FIFO .bak, the broker
+    then reading no .bak and starting with an empty table (``ConfigManager.loadBak``); nothing where its .bak, which the
+    FIFO file hid (``file2String`` waits in the file's open), is moved out too. Not in ``recover``'s table, which says what
+    verify reports after the recovery alone."""
+    moved = frozenset(a.path for a in files.actions if a.op == "quarantine") if files is not None else frozenset()
+
     def after(f: Finding) -> list[Finding]:
         if id(f) not in fixed:
             return [f]
         if f.kind == "config-unreadable" and f.found == A_FIFO:
-            return [g for g in config_file_findings(store, Path(f.file).name.removesuffix(".bak"), without=f.file) if g.severity.fails]
+            return [g for g in config_file_findings(store, Path(f.file).name.removesuffix(".bak"), without=moved) if g.severity.fails]
         return []
 
     return [g for f in findings for g in after(f)]
+
+
+def _rebuild_of(store: Store, queues: Iterable[tuple[str, int]]) -> list[Plan]:
+    """The predicted ``rebuild-cq`` step's plan of ``queues``, made on the store as it is (the recovery cuts the log where the
+    rebuild's walk ends, ``rebuild.RebuildScan``); none where it cannot be planned (the candidate versions' plans differ, a
+    record it refuses: the step, planned again when applied, then says so), the rows then placed after the recovery alone."""
+    try:
+        return [plan_queue_rebuild(store, queues)]
+    except (Refused, BadInput):
+        return []
 
 
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *,
@@ -1095,7 +1111,10 @@ def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings:
     later: list[RepairStep] = []
     if findings is not None and recover is not None:
         fixed = file_fix_steps(findings, steps, files)
-        t = triage(predict_after_recovery(_left_by_file_fixes(store, findings, fixed), recover, store), last_timestamp)
+        kept = predict_after_recovery(_left_by_file_fixes(store, findings, fixed, files), recover, store)
+        t = triage(kept, last_timestamp)
+        if t.queues and store.config_file("consumerOffset.json") is not None:  # the rebuild's queue ends, for the offsets' rows
+            t = triage(recovered_offset_findings(store, kept, recover, *_rebuild_of(store, t.queues)), last_timestamp)
         later = steps_of(t)
         steps += later
         remaining = t.lost

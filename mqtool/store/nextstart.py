@@ -215,12 +215,16 @@ def dledger_next_start(store: Store) -> NextStart:
 
 
 def log_refusals(store: Store) -> tuple[str | None, str | None]:
-    """(``log_refusal``, None), or (None, ``wheel_refusal``) where that is the only refusal of the start: the line then says
-    what the start does once ``repair`` has resized the wheel, which changes nothing of the log's recovery."""
+    """(``log_refusal``, None), or, where that is ``wheel_refusal`` (the first thing the broker meets), what the start meets
+    once ``repair`` has resized the wheel, which changes nothing of the log's recovery: the log's own refusal after it, said
+    with it, (that, None); else (None, the wheel's with any ``later_refusal`` after it), the line saying the figures."""
     why = log_refusal(store)
-    if why is None or why != wheel_refusal(store) or log_refusal(store, wheel=False) is not None or later_refusal(store) is not None:
+    if why is None or why != wheel_refusal(store):
         return why, None
-    return None, why
+    then = f"{why}; then, once `repair` has resized the wheel, it refuses to start: "
+    if (after := log_refusal(store, wheel=False)) is not None:
+        return then + after, None
+    return None, why if (later := later_refusal(store)) is None else then + later
 
 
 def deleted_link(store: Store) -> str | None:
@@ -423,7 +427,7 @@ def config_refusal(store: Store, name: str, eras) -> str | None:
             f"({found[2]}), so it returns false and BrokerController.initialize fails{found[1]}")
 
 
-def bak_refusal(store: Store, name: str, eras, without: str | None = None) -> tuple[str, str, str] | None:
+def bak_refusal(store: Store, name: str, eras, without: frozenset[str] = frozenset()) -> tuple[str, str, str] | None:
     """(why, which eras: "" all, why the file was passed over) the broker refuses to start on config file ``name``, which
     ``eras`` (of the store's) load, or None: ``ConfigManager.load`` passes over the file (missing, empty, unreadable,
     undecodable) and ``loadBak`` throws on its ``.bak``, catches it and returns false (``ConfigDocument.bak_unusable``),

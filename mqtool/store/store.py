@@ -573,7 +573,7 @@ class Store:
     def abort_present(self) -> bool:
         return self.abort is not None
 
-    def load_config(self, name: str, by_chars: bool | None = None, without: str | None = None) -> "ConfigDocument":
+    def load_config(self, name: str, by_chars: bool | None = None, without: frozenset[str] = frozenset()) -> "ConfigDocument":
         """``load_config``'s document of this store's ``config/``, each file parsed once for as long as its bytes stay the same
         (``verify`` asks for ``consumerOffset.json`` three times): the bytes read are the key, so a Store that outlives a
         rewrite (``restore-config``, ``repair``, ``restore``) reads the new content whatever its size and times say.
@@ -596,19 +596,19 @@ def abort_unwritable(path: Path, what: str | None) -> bool:
 
 
 def load_config(root: Path | None, name: str, parses: dict[str, tuple] | None = None, by_chars: bool = False,
-                without: str | None = None) -> ConfigDocument:
+                without: frozenset[str] = frozenset()) -> ConfigDocument:
     """A ``config/*.json`` file of the store at ``root`` as ``ConfigManager.load`` reads it: the file, else its ``.bak`` when
     the file is missing, a directory, unreadable, empty or undecodable (fastjson's leniencies; malformed UTF-8 replaced as
     ``new String(bytes, UTF-8)`` does). ``parses``: "config/<file>" -> (bytes, parse or error), kept across calls.
     ``by_chars``: as 3.2.6's and 4.0.0's ``MixAll.file2String`` (rules 7.4, ``VersionRules.reads_config_by_chars``), which
     reads null, no throw, from a directory, an unreadable file and one whose UTF-8 (the platform charset, as 4.1.0+'s is
-    taken) decodes to fewer chars than bytes: ``ConfigDocument.nulls``. ``without``: a "config/<file>" read as missing, as
-    once ``repair`` has moved it out (what ``verify`` reports after it)."""
+    taken) decodes to fewer chars than bytes: ``ConfigDocument.nulls``. ``without``: the "config/<file>"s read as missing, as
+    once ``repair`` has moved them out (what ``verify`` reports after it)."""
     parses = {} if parses is None else parses
     problems, nulls = {}, []
     for candidate in (name, name + ".bak"):
         shown = f"config/{candidate}"
-        path = None if root is None or shown == without else root / "config" / candidate
+        path = None if root is None or shown in without else root / "config" / candidate
         if path is not None and path.exists() and stat.S_ISFIFO(path.stat().st_mode):
             problems[shown] = A_FIFO
             break

@@ -161,8 +161,8 @@ def config_findings(store: Store) -> Iterator[Finding]:
     yield from consumer_offset_findings(store)
 
 
-def config_file_findings(store: Store, name: str, without: str | None = None) -> Iterator[Finding]:
-    """``config-unreadable``: config file ``name`` where the broker passes it over (``Store.load_config``; ``without``: a file
+def config_file_findings(store: Store, name: str, without: frozenset[str] = frozenset()) -> Iterator[Finding]:
+    """``config-unreadable``: config file ``name`` where the broker passes it over (``Store.load_config``; ``without``: the files
     of the two taken as moved out, as ``repair`` moves a FIFO), if the store's eras load it (``nextstart.loading_eras``); an
     error where its ``.bak`` fails the start too (``nextstart.bak_refusal``)."""
     if not (eras := loading_eras(store, name)):
