@@ -55,8 +55,6 @@ class MessageFilter:
             conditions.append(compute.greater_equal(t["store_timestamp"], self.since))
         if self.until is not None:
             conditions.append(compute.less_equal(t["store_timestamp"], self.until))
-        if self.tag is not None:
-            conditions.append(compute.fill_null(compute.equal(t["tags"], self.tag), False))
         if self.key is not None:  # per row, how many of its KEYS equal the key
             import numpy as np
 
@@ -65,10 +63,9 @@ class MessageFilter:
             counts = np.zeros(len(keys), dtype=np.int64)
             np.add.at(counts, compute.list_parent_indices(keys).to_numpy(), hits.to_numpy(zero_copy_only=False))
             conditions.append(compute.greater(compute.numbers(counts, pa.int64()), 0))
-        if self.uniq_key is not None:
-            conditions.append(compute.fill_null(compute.equal(t["uniq_key"], self.uniq_key), False))
-        if self.msg_id is not None:
-            conditions.append(compute.fill_null(compute.equal(t["msg_id"], self.msg_id.upper()), False))
+        for column, value in (("tags", self.tag), ("uniq_key", self.uniq_key), ("msg_id", self.msg_id and self.msg_id.upper())):
+            if value is not None:  # a null value (no such property) is no match
+                conditions.append(compute.fill_null(compute.equal(t[column], value), False))
         return functools.reduce(compute.and_, conditions) if conditions else None
 
 

@@ -119,7 +119,8 @@ class SalvageScan:
             self.summary.stretches.append(stretch)
         if cut.offset > live.end.offset and resumed is not None and resumed > live.end.offset:  # the broker reads on past the walk's end
             start = live.end.offset
-            self.summary.unread = Unread(start, resumed, sum(q.entries_into(start, resumed) for q in self.store.consume_queues))
+            lost = sum(end - first for q in self.store.consume_queues for first, end in q.runs_into(start, resumed))
+            self.summary.unread = Unread(start, resumed, lost)
 
     def _kept_past(self, end: ScanEnd) -> tuple[int, FastScan | None] | None:
         """In a DLedger store, where the log the broker serves goes on past damage its recovery keeps

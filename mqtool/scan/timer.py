@@ -133,21 +133,10 @@ def timer_report(store: Store, timer: TimerStore) -> TimerReport:
             state = "rolled"
         else:
             state = "pending"
-        rows.append({
-            "timer_log_offset": unit.timer_log_offset,
-            "magic": unit.magic,
-            "prev_pos": unit.prev_pos,
-            "enqueue_time": unit.curr_write_time_ms,
-            "delivery_time": unit.delivery_time,
-            "offset": unit.offset_py,
-            "size": unit.size_py,
-            "real_topic": real_topic,
-            "real_queue_id": java_int_or_none(real_qid),  # as TimerMessageStore reads it (Integer.parseInt)
-            "uniq_key": uniq_key,
-            "keys": p.get(PropertyKey.KEYS, "").split() if p else [],
-            "state": state,
-            "delivered_offset": delivered,
-        })
+        real_queue_id = java_int_or_none(real_qid)  # as TimerMessageStore reads it (Integer.parseInt)
+        keys = p.get(PropertyKey.KEYS, "").split() if p else []
+        rows.append(dict(zip(TIMER_FIELDS, (unit.timer_log_offset, unit.magic, unit.prev_pos, unit.curr_write_time_ms, unit.delivery_time,
+                                            unit.offset_py, unit.size_py, real_topic, real_queue_id, uniq_key, keys, state, delivered))))
     return TimerReport(rows, timer.log.end, end)
 
 

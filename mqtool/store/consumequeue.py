@@ -128,10 +128,6 @@ class ConsumeQueue(FileQueue):
             if stop * ENTRY_SIZE < self.file_size:  # an invalid unit or a short file ends the queue
                 return
 
-    def entries_into(self, start: int, stop: int) -> int:
-        """How many entries ``runs_into`` finds pointing into the commit log range [``start``, ``stop``)."""
-        return sum(end - first for first, end in self.runs_into(start, stop))
-
     def runs_into(self, start: int, stop: int) -> list[tuple[int, int]]:
         """``(first, end)`` queue offsets of each run of consecutive entries (up to the queue's first
         invalid unit; a filler is no entry) pointing into the commit log range [``start``, ``stop``)."""

@@ -190,8 +190,12 @@ def list_index_files(index_dir: Path) -> list[Path]:
     with the configured size), up to the first it cannot open (a directory, a dangling symlink into a missing
     directory), which ends the load (``index_strays``; ``mappedfile.load_effect``). Other names are skipped, as the
     broker skips them, and so is a dangling symlink whose target it creates, an empty index file (``created_through``)."""
+    try:
+        entries = sorted(os.scandir(index_dir), key=lambda e: e.name)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
     files = []
-    for entry in _entries(index_dir):
+    for entry in entries:
         if _index_name(entry) is None:
             continue
         if not entry.is_file():
@@ -210,13 +214,6 @@ def index_strays(index_dir: Path) -> list[tuple[StrayEntry, None, bool]]:
         return []
     files, strays = folder_entries(index_dir, _read_as_index_file)
     return [(s, None, any(p.name > s.path.name for _, p in files)) for s in strays]
-
-
-def _entries(index_dir: Path) -> list[os.DirEntry]:
-    try:
-        return sorted(os.scandir(index_dir), key=lambda e: e.name)
-    except (FileNotFoundError, NotADirectoryError):
-        return []
 
 
 def index_file_name(store_timestamp_ms: int) -> str:

@@ -1,6 +1,6 @@
 """Per-record columns of one walk batch, for the columnar cross-checks (reference §3.2-§3.5, §6.5).
 
-``RecordColumns.of`` runs the recovery's compiled dispatch (``dispatch/fastdispatch.py``, topics
+``ColumnBuilder`` runs the recovery's compiled dispatch (``dispatch/fastdispatch.py``, topics
 numbered by ``topicnumbers``) over the rows ``fastscan.walk_segment`` found: per record the fixed
 fields, the consume queue tags code (``checkMessageAndReturnSize``) and the index key hashes
 (``IndexService.buildIndex``). ``FLAG_FALLBACK`` records make ``fallback`` true: the checks then
@@ -12,10 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..formats.dispatch import INDEX_UNIQ_AND_KEYS
 from ..dispatch import fastdispatch as fd
 from ..dispatch.scanner import TopicTable
-from ..store import fastscan as fs
 from ..store.textscan import POW31
 from ..dispatch.topicnumbers import TopicNumbers
 from ._columns import finish_columns
@@ -39,12 +37,6 @@ class RecordColumns:
     topics: TopicTable
     fallback: bool  # some record needs the Python decoder
 
-    @classmethod
-    def of(cls, batch: fs.SegmentBatch, numbers: TopicNumbers, delay_ms: np.ndarray, legacy: bool, index_rule: int = INDEX_UNIQ_AND_KEYS) -> "RecordColumns":
-        builder = ColumnBuilder(numbers, delay_ms, legacy, batch.rows.shape[0], index_rule)
-        builder.add(batch.array, batch.rows)
-        return builder.build(batch.base_offset)
-
 
 class ColumnBuilder:
     """``RecordColumns`` of one batch built as its rows come (``add``, in order, from one segment's
@@ -53,7 +45,7 @@ class ColumnBuilder:
     ``sharedwalk.py``), new ones by ``build``, called batch after batch in walk order. Results do
     not depend on how the rows were cut into ``add`` calls."""
 
-    def __init__(self, numbers: TopicNumbers, delay_ms: np.ndarray, legacy: bool, capacity: int, index_rule: int = INDEX_UNIQ_AND_KEYS):
+    def __init__(self, numbers: TopicNumbers, delay_ms: np.ndarray, legacy: bool, capacity: int, index_rule: int):
         self.numbers, self.topics, self.delay_ms, self.legacy = numbers, numbers.topics, delay_ms, legacy
         self.index_rule = index_rule  # the version's buildIndex rule (rules file §4.2)
         self.out = np.empty((capacity, fd.N_FIELDS), dtype=np.int64)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import queue
 import signal
 from itertools import zip_longest
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -43,7 +43,6 @@ class CommitLogResult:
     bytes: int = 0
     segments: int = 0
     last_timestamp: int | None = None  # STORETIMESTAMP of the last record before the logical end
-    first_timestamps: dict[int, int] = field(default_factory=dict)  # segment base -> first record's STORETIMESTAMP
     first_crc: int | None = None  # the first record on the chain whose body CRC fails (the chain goes on past it)
     stopped_early: bool = False
 
@@ -238,8 +237,6 @@ class CommitLogCheck:
                     self.notes.append(f"--from-offset {report.base + report.start} is not a record start; checked from the next record at {report.base + report.resumed_at}")
                 if result.logical_end is None and result.end_reason != "limit":
                     chain = report.chain
-                    if chain.start == 0 and chain.first_ts is not None:
-                        result.first_timestamps[report.base] = chain.first_ts
                     yield from self._record_findings(report, chain)
                     if result.first_crc is None and chain.crc:
                         result.first_crc = report.base + chain.crc[0][0]

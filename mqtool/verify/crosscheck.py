@@ -17,7 +17,7 @@ from ..store import fastscan as fs
 from ..dispatch.scanner import TopicTable
 from ..dispatch.fastdispatch import delay_array
 from ..dispatch.topicnumbers import TopicNumbers
-from .columns import ColumnBuilder, RecordColumns
+from .columns import ColumnBuilder
 from .consumequeue import ConsumeQueueCheck
 from .findings import Finding
 from .index import IndexCheck
@@ -76,7 +76,9 @@ class CrossChecks:
         (or whose columns the compiled dispatch could not decide) is reported record by record."""
         legacy = self.store.legacy_properties
         if columns is None:
-            columns = RecordColumns.of(batch, self.numbers, self.delay_ms, legacy, self.store.rules.index_rule)
+            builder = self.column_builder(batch.rows.shape[0])
+            builder.add(batch.array, batch.rows)
+            columns = builder.build(batch.base_offset)
         records = None
         for check in self.checks:
             if not columns.fallback and check.on_columns(columns):

@@ -161,18 +161,13 @@ def stall_throw(store: Store, stop: int) -> tuple[DispatchThrows, str] | None:
     return None if how is None else (pending, how)
 
 
-def first_stall(store: Store, stop: int) -> str | None:
-    """``stall_of`` the ``stall_throw``, or None: where a start that ends the log at ``stop`` stops."""
-    throw = stall_throw(store, stop)
-    return None if throw is None else stall_of(*throw)
-
-
 def with_stall(store: Store, found: NextStart | None) -> NextStart | None:
-    """``found`` (``store.nextstart.next_start``) with its ``first_stall``: every command that says where the next start
-    ends (``info``, ``verify``, ``salvage``) says this one."""
+    """``found`` (``store.nextstart.next_start``) with where a start that ends the log at its end stops (``stall_of`` the
+    ``stall_throw``, or None): every command that says where the next start ends (``info``, ``verify``, ``salvage``) says this one."""
     if found is None or found.logical_end is None:
         return found
-    return replace(found, stall=first_stall(store, found.logical_end))
+    throw = stall_throw(store, found.logical_end)
+    return replace(found, stall=None if throw is None else stall_of(*throw))
 
 
 def throw_finding(throw: DispatchThrows, how: str | None) -> Finding:

@@ -16,12 +16,8 @@ from ..store.store import A_DEVICE_CONFIG, A_FIFO, MISSING, NOT_A_FILE
 from ..store.version import eras_label
 from ..store import offsets
 from ..store.nextstart import abort_refusal, bak_refusal, checkpoint_refusal, loading_eras, opened_first_refusal
-from ..store.startfile import log_recovery_mode, max_queue_phys_offset
+from ..store.startfile import abnormal_bound, log_recovery_mode, max_queue_phys_offset
 from .findings import Finding, error, info, warning
-
-
-def _checkpoint(store: Store) -> cpfmt.StoreCheckpoint:
-    return store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0)
 
 
 def abnormal_recovery_start(store: Store) -> tuple[int, str, int]:
@@ -31,8 +27,7 @@ def abnormal_recovery_start(store: Store) -> tuple[int, str, int]:
     after a crash scans from (``dledgerstart.dledger_start``)."""
     from ..store.nextstart import start_of
 
-    cp = _checkpoint(store)
-    bound = cp.min_timestamp_index if store.config.message_index_enable and store.config.message_index_safe else cp.min_timestamp
+    bound, _ = abnormal_bound(store)
     start = start_of(store)
     if start is None:
         from ..store.dledgerstart import data_recovery, dledger_start
@@ -105,7 +100,7 @@ def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) 
     if store.checkpoint_size_problem is not None:
         yield warning("checkpoint-size", store.checkpoint_size_problem, file="checkpoint", expected=cpfmt.CHECKPOINT_FILE_SIZE,
                       found=path.stat().st_size)
-    cp = _checkpoint(store)
+    cp = store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0)
     if last_timestamp is None:
         return
     if records and cp.physic_msg_timestamp == 0 and cp.logics_msg_timestamp == 0:
