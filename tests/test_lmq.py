@@ -543,7 +543,7 @@ def test_missing_entries_the_next_start_would_rebuild_are_lost_where_a_dispatch_
     """The real 4.9.7 ``crashed-small`` with a record without properties appended, under 4.9.3 with multi-dispatch on: its
     abnormal recovery's dispatch throws on that record (``checkMultiDispatchQueue`` @4.9.3) and the load fails, so the
     record's missing TopicTest entry is never rebuilt. Before: verify's ``cq-entry-missing`` was a warning saying the broker
-    rebuilds it on its next start; now an error that says the start would, and why it does not (``lmq.first_stall``). Under
+    rebuilds it on its next start; now an error that says the start would, and why it does not (``lmq.with_stall``). Under
     4.9.7 the dispatch goes through and the warning stands."""
     root = copy_store("4.9.7", "crashed-small", tmp_path)
     record = _append_without_properties(root)

@@ -39,7 +39,7 @@ from ..store.rules import ERAS
 from ..store.version import eras_label
 from ..store.timer import RecoveredWheel, TimerLog, TimerLogEnd, TimerLogListing, TimerStore, chain_break, cut_at, recovered_wheel
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
-from ..verify.lmq import _runs, lmq_queue_dirs
+from ..verify.lmq import adjacent_runs, lmq_queue_dirs
 from ..verify.state import config_file_findings, consumer_offset_findings
 from .plans import PlanOptions
 from .plans import Action, CheckpointPlan, Expected, Plan, _from_json_value, _to_json_value
@@ -184,7 +184,7 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
         steps.append(RepairStep("clear-wheel-slots", True, f"{len(slots)} wheel slot(s) whose units were all in {where} "
                                 f"(slots {listed}): cleared, as TimerMessageStore.recover leaves them naming {why}", ("timerwheel",)))
         actions.extend(Action("zero-range", "timerwheel", start=a * tfmt.SLOT_SIZE, end=(b + 1) * tfmt.SLOT_SIZE, note="slots of cut units")
-                       for a, b in _runs(slots))  # one range per run of adjacent slots
+                       for a, b in adjacent_runs(slots))  # one range per run of adjacent slots
 
     walked = _walked_timer(root, listing)
     cut_slots, tail_slots = _cut_wheel_slots(listing, walked), _tail_wheel_slots(tails, walked)

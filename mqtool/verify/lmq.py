@@ -216,14 +216,14 @@ def lmq_findings(store: Store, start: int | None = None, stop: int | None = None
                     yield error("cq-entry-dangling", f"{name}/{queue_id} entry {queue_offset} points at {unit[0]}, where no record dispatched to this LMQ queue at that offset",
                                 file=rel, offset=unit[0], details=details)
             missing = sorted(q for q in want if q not in have)
-            for first, last in _runs(missing):
+            for first, last in adjacent_runs(missing):
                 details = {"topic": name, "queue_id": queue_id, "first_queue_offset": first, "last_queue_offset": last, "count": last - first + 1}
                 yield error("cq-entry-missing", f"{name}/{queue_id}: {last - first + 1} record(s) carrying this LMQ queue have no entry (queue offsets {first}..{last})",
                             file=rel, offset=want[first][0], details=details)
     return f"{len(names)} LMQ queue(s) checked against the records' INNER_MULTI_DISPATCH, {entries} entries"
 
 
-def _runs(values: list[int]) -> Iterator[tuple[int, int]]:
+def adjacent_runs(values: list[int]) -> Iterator[tuple[int, int]]:
     """Consecutive runs ``(first, last)`` of sorted integers."""
     for _, run in groupby(enumerate(values), key=lambda iv: iv[1] - iv[0]):
         run = list(run)
