@@ -143,6 +143,22 @@ def test_wrong_width_name_is_loaded_by_the_broker(tmp_path):
     assert code == EXIT_FINDINGS and f["severity"] == "error" and f"at offset {int(last.name)}" in f["message"]
 
 
+def test_a_fifo_named_as_a_segment_is_said_as_one(tmp_path):
+    """A FIFO where the last segment was (README's exit 3: never opened): ``File.length`` reads 0, so 4.9.7's
+    ``MappedFileQueue.load`` refuses the start. Before, every command called it "a file named 4194304, not by 20
+    digits", of a name that is 20 digits."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    last = sorted((root / "commitlog").iterdir())[-1]
+    last.unlink()
+    os.mkfifo(last)
+    code, out, findings = verified(root, "4.9.7")
+    said = f"commitlog/{last.name}: a FIFO, socket or device node, which MappedFileQueue.load lists: "
+    assert code == EXIT_FINDINGS and f"refuses to start: {said}" in " ".join(out.split())
+    assert strays(findings)[f"commitlog/{last.name}"]["message"].startswith(f"{last.name} is a FIFO, socket or device node in commitlog/")
+    recovered_ = run("recover", root, "--broker-version", "4.9.7")
+    assert recovered_.exit_code == EXIT_BAD_INPUT and said in " ".join(recovered_.stderr.split())
+
+
 def test_dangling_symlink_in_a_queue_folder(tmp_path):
     root = copy_store("4.9.7", "clean-small", tmp_path)
     queue = next(p for p in sorted((root / "consumequeue").glob("*/*")) if p.is_dir())

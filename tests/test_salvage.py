@@ -333,3 +333,16 @@ def test_every_file_and_directory_of_the_new_store_is_made_durable(tmp_path, mon
     configs = set((new / "config").iterdir())
     assert {new / "config", new / "commitlog", new / "consumequeue"} <= dirs and configs
     assert dirs | configs | {new, tmp_path} <= synced, sorted(map(str, (dirs | configs) - synced))
+
+
+def test_a_body_crc_failure_the_broker_never_reads_exits_1_with_nothing_past_damage(store_copy):
+    """README's exit 1 of ``salvage`` for a record that fails its body CRC: one in the first segment of a 4.9.7
+    ``clean-small``, before the segment its normal recovery scans from, cuts nothing, yet that record is not salvaged."""
+    root = store_copy("4.9.7", "clean-small")
+    msgs = messages("4.9.7")
+    victim = next(m for m in msgs if m["commitLogOffset"] < SEGMENT and m["bodyLength"] > 100 and "[" not in m["bornHost"] + m["storeHost"])
+    patch(root, victim["commitLogOffset"] + 96 + 100, b"\x00\xff")  # two body bytes (IPv4 hosts: the body starts at 96)
+    code, out, err = cli("salvage", root, "--format", "jsonl", "--no-progress")
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert code == 1 and {r["status"] for r in rows} == {"live"} and len(rows) == len(msgs) - 1
+    assert f"skipped the record at {victim['commitLogOffset']} ({victim['size']} bytes): its body CRC does not match" in err

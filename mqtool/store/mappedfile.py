@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import EXIT_BAD_INPUT, BadInput, BadStoreFile
-from ..fileops import special
+from ..fileops import not_a_file, special
 
 OFFSET_NAME = re.compile(r"^\d{20}$")
 """File-queue files are named by their first byte offset, 20 zero-padded digits (§1.2)."""
@@ -160,6 +160,8 @@ class StrayEntry:
             return "a symlink to a directory" if link else "a directory"
         if (target := self.target) is not None:  # named: a disk not mounted is mounted, not moved out
             return f"a dangling symlink to {target}"
+        if OFFSET_NAME.match(self.path.name):  # named as a file of the folder, not read as one: a FIFO, socket or device node
+            return f"{'a symlink to ' if link else ''}{not_a_file(self.path) or 'a file mqtool cannot stat'}"
         named = "named by no offset" if self.offset is None else f"named {self.offset}, not by 20 digits"
         return f"{'a symlink to a file' if link else 'a file'} {named}"
 
