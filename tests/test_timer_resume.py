@@ -122,3 +122,25 @@ def test_the_timer_queue_a_crash_recovery_rebuilds_is_read_whole(tmp_path, abort
     assert recovered("5.3.3", "timer-crashed")["timerAfterLoad"]["currQueueOffset"] == 126
     found = [f["severity"] for f in findings(root, "--broker-version", version) if f["kind"] == "timercheck-ahead"]
     assert found == ([ahead] if ahead else [])
+
+
+@pytest.mark.parametrize("kept", [120, None])
+def test_info_counts_the_timer_messages_not_yet_enqueued_from_where_verify_resumes(tmp_path, kept):
+    """5.3.3 ``timer-crashed`` with timercheck's lastTimerQueueOffset at 50 and rmq_sys_wheel_timer queue 0 cut to ``kept``
+    entries (or as it is): ``recover`` resumes at the lesser of the offset after the log's last unit's message and
+    masterTimerQueueOffset (126, as the real broker did), never at lastTimerQueueOffset, on the queue the abnormal recovery
+    rebuilt first (137 entries). Before, info counted from lastTimerQueueOffset on the queue's files as they are."""
+    root = copy_store("5.3.3", "timer-crashed", tmp_path)
+    with open(root / "config" / "timercheck", "r+b") as f:  # lastTimerQueueOffset at 16
+        f.seek(16)
+        f.write((50).to_bytes(8, "big"))
+    if kept is not None:
+        queue = root / "consumequeue" / "rmq_sys_wheel_timer" / "0" / "00000000000000000000"
+        data = bytearray(queue.read_bytes())
+        data[kept * 20:] = bytes(len(data) - kept * 20)
+        queue.write_bytes(bytes(data))
+    after = recovered("5.3.3", "timer-crashed")["timerAfterLoad"]
+    result = CliRunner().invoke(app, ["info", str(root), "--broker-version", "5.3.3", "--format", "json"])
+    timer = json.loads(result.stdout)["timer"]
+    ends = after["enqueueBehindMessages"] + after["currQueueOffset"]
+    assert (timer["queue_max_offset"], timer["not_enqueued"]) == (ends, after["enqueueBehindMessages"])

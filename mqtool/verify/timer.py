@@ -44,7 +44,7 @@ def timer_findings(store: Store, start: NextStart | None = None) -> Iterator[Fin
         from ..store.nextstart import next_start
 
         start = next_start(store)
-    resume = _resume(store, report, timer.check, start)
+    resume = timer_resume(store, report, timer.check, start)
     again = functools.cache(lambda: _again(store, report, resume))  # a commit log scan: only for an info that says it
     if not end.clean and resume.requeued:
         yield info("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it "
@@ -241,7 +241,7 @@ class Resume(NamedTuple):
         return self.after_unit and not self.past_end
 
 
-def _resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None, start: NextStart | None) -> Resume:
+def timer_resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None, start: NextStart | None) -> Resume:
     """The ``Resume`` of ``TimerMessageStore.recover``: ``reviseQueueOffset`` reads the unit right before where
     ``recoverAndRevise`` ends the log; where its message is readable, the offset after that message's queue offset (the one
     stored in the record: it searches the queue back for it and keeps it where the queue lost it), else timercheck's
