@@ -124,6 +124,23 @@ def test_the_timer_queue_a_crash_recovery_rebuilds_is_read_whole(tmp_path, abort
     assert found == ([ahead] if ahead else [])
 
 
+@pytest.mark.parametrize("content", [b"", bytes(4096), bytes(20)], ids=["empty", "zeros", "short"])
+def test_an_empty_or_zeroed_timercheck_reads_as_a_missing_one(tmp_path, content):
+    """5.3.3 ``timer-small`` with ``config/timercheck`` empty, all zeros or 20 bytes of zeros: ``TimerCheckpoint``'s constructor
+    (5.0.0-5.3.3) maps a 4 KiB page of the file, extending a shorter one with zeros, and reads its offsets as it does for a
+    file that exists: all 0, as without the file, so ``recover`` resumes at masterTimerQueueOffset 0, the lesser, and enqueues
+    the whole timer queue again. Before, verify said nothing: the store sound."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    (root / "config" / "timercheck").write_bytes(content)
+    every = timers("timer-small")
+    again = sum(m["timer"]["delivered"] or bool(m["timer"]["timerLogUnits"]) for m in every)
+    [empty] = [f for f in findings(root, "--broker-version", "5.3.3") if f["kind"] == "timercheck-empty"]
+    assert (empty["severity"], empty["found"], empty["details"]) == ("info", len(content), {"requeued": True, "from": 0})
+    assert (f"resumes rmq_sys_wheel_timer at masterTimerQueueOffset 0, the lesser (TimerMessageStore.recover), and enqueues the "
+            f"{len(every)} messages from there again, {again} of them delivered already or still in the timer log, which it "
+            "delivers a second time") in empty["message"], empty["message"]
+
+
 @pytest.mark.parametrize("kept", [120, None])
 def test_info_counts_the_timer_messages_not_yet_enqueued_from_where_verify_resumes(tmp_path, kept):
     """5.3.3 ``timer-crashed`` with timercheck's lastTimerQueueOffset at 50 and rmq_sys_wheel_timer queue 0 cut to ``kept``

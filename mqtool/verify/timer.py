@@ -330,15 +330,27 @@ def _resumes_at(resume: Resume) -> str:
     return f"{said} ({why}){_raised(resume)}"
 
 
+def _zero_check(store: Store, resume: Resume, again: Callable[[], str], check: fmt.TimerCheck | None) -> Finding:
+    """``timercheck-missing`` without ``config/timercheck``, ``timercheck-empty`` where it is empty or its four offsets are zeros:
+    ``TimerCheckpoint``'s constructor (5.0.0-5.3.3) reads the file only where it exists, and maps a 4 KiB page of it, which
+    extends a shorter one with zeros; either way every offset reads 0 and ``recover`` resumes the enqueue at 0, the lesser."""
+    if check is None:
+        kind, said, size = "timercheck-missing", " is missing: its offsets read 0 (TimerCheckpoint reads the file only where it exists)", None
+    else:
+        kind, size = "timercheck-empty", (store.root / "config" / "timercheck").stat().st_size
+        said = (" is empty: its offsets read 0 (TimerCheckpoint maps a 4 KiB page of it, zeros past its end)" if not size
+                else f"'s offsets are all 0 ({size} bytes), as they read without the file")
+    return info(kind, f"config/timercheck{said}, so the broker's timer recovery resumes {fmt.TIMER_TOPIC} at masterTimerQueueOffset 0, "
+                f"the lesser (TimerMessageStore.recover){_raised(resume)}, and enqueues the {resume.queue_end - resume.offset} messages "
+                f"from there again{again()}", file="config/timercheck", expected="a timer checkpoint", found=size,
+                details={"requeued": True, "from": resume.offset})
+
+
 def _check_findings(store: Store, timer: TimerStore, report: TimerReport, resume: Resume, again: Callable[[], str]) -> Iterator[Finding]:
     check = timer.check
-    if check is None:
+    if check is None or not any(check[:4]):
         if resume.queue_end is not None and resume.queue_end > resume.offset:
-            yield info("timercheck-missing", f"config/timercheck is missing: its offsets read 0 (TimerCheckpoint reads the file only where "
-                       f"it exists), so the broker's timer recovery resumes {fmt.TIMER_TOPIC} at masterTimerQueueOffset 0, the lesser "
-                       f"(TimerMessageStore.recover){_raised(resume)}, and enqueues the {resume.queue_end - resume.offset} messages "
-                       f"from there again{again()}", file="config/timercheck", expected="a timer checkpoint", found=None,
-                       details={"requeued": True, "from": resume.offset})
+            yield _zero_check(store, resume, again, check)
         return
     end = report.log_end.offset
     if check.last_timer_log_flush_pos > end:
