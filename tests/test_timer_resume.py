@@ -11,7 +11,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from conftest import copy_store, manifest, recovered
+from conftest import copy_store, manifest, recovered, store_path
 from mqtool.cli import app
 
 SEGMENT = 1048576  # the fixtures' commit log segment size
@@ -139,6 +139,25 @@ def test_an_empty_or_zeroed_timercheck_reads_as_a_missing_one(tmp_path, content)
     assert (f"resumes rmq_sys_wheel_timer at masterTimerQueueOffset 0, the lesser (TimerMessageStore.recover), and enqueues the "
             f"{len(every)} messages from there again, {again} of them delivered already or still in the timer log, which it "
             "delivers a second time") in empty["message"], empty["message"]
+
+
+def test_an_undamaged_crashed_timer_store_delivers_the_messages_past_timerchecks_master_offset_twice(tmp_path):
+    """5.3.3 ``timer-crashed`` as the real broker left it: its timer log ends cleanly with units of the messages from
+    timercheck's masterTimerQueueOffset on, the checkpoint flushed before them; ``TimerMessageStore.recover`` resumes at that
+    offset, the lesser (``timerAfterLoad``), and ``enqueue`` gives each of those messages a second unit: the real broker's
+    start added a unit per message enqueued (``timerAfterShutdown``), so those with a unit already are delivered twice. Before,
+    verify said so only where the log was damaged."""
+    done = recovered("5.3.3", "timer-crashed")
+    resumed = done["timerAfterLoad"]["currQueueOffset"]
+    units = [done[k]["timerlog"]["unitCount"] for k in ("timerBeforeLoad", "timerAfterShutdown")]
+    enqueued = [t for t in timers("timer-crashed") if t["timer"]["wheelQueueOffset"] >= resumed]
+    twice = sum(t["timer"]["delivered"] or bool(t["timer"]["timerLogUnits"]) for t in enqueued)
+    assert units[1] - units[0] == len(enqueued) and 0 < twice < len(enqueued)
+    [behind] = [f for f in findings(store_path("5.3.3", "timer-crashed"), "--broker-version", "5.3.3") if f["kind"] == "timercheck-behind"]
+    assert (behind["severity"], behind["found"], behind["details"]) == ("info", resumed, {"requeued": True})
+    assert (f"resumes rmq_sys_wheel_timer at timercheck's masterTimerQueueOffset {resumed}, before the message of the log's last unit "
+            f"(TimerMessageStore.recover takes the lesser of the two) and enqueues the later messages again, {twice} of them delivered "
+            "already or still in the timer log, which it delivers a second time") in behind["message"], behind["message"]
 
 
 @pytest.mark.parametrize("kept", [120, None])

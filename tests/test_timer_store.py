@@ -133,7 +133,9 @@ def _patch(path, at: int, value: int, width: int = 8) -> None:
 
 @pytest.mark.parametrize("name", TIMER_STORES)
 def test_verify_timer_is_clean_on_the_real_stores(name):
-    assert _timer_findings(store_path("5.3.3", name)) == []
+    """Sound; ``timer-crashed``'s timer log holds units past timercheck's masterTimerQueueOffset, which the broker enqueues again."""
+    found = [(f.kind, f.severity.value) for f in _timer_findings(store_path("5.3.3", name))]
+    assert found == ([("timercheck-behind", "info")] if name == "timer-crashed" else [])
 
 
 def test_verify_timer_finds_each_damage(store_copy):

@@ -55,7 +55,11 @@ def timer_findings(store: Store, start: NextStart | None = None) -> Iterator[Fin
                     file="timerlog", details={"timer_log_offset": end.offset})
     yield from _reference_findings(store, report)
     yield from _wheel_findings(store, timer, report)
-    yield from _check_findings(store, timer, report, resume, again)
+    checked = list(_check_findings(store, timer, report, resume, again))
+    yield from checked
+    if end.clean and resume.requeued and resume.master and timer.check is not None and not any(
+            (f.details or {}).get("requeued") for f in checked):
+        yield _behind(resume, timer.check, again)
     states = Counter(row["state"] for row in report.rows)
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
     return f"timer store: {len(report.rows)} timer log units ({counts or 'none'}), log end {report.log_end.offset}"
@@ -195,6 +199,17 @@ def _missing_wheel(report: TimerReport) -> Finding:
         return error("timer-wheel", f"timerwheel is missing: the broker starts an empty wheel and never delivers the {pending} pending timer message(s) of the timer log",
                      file="timerwheel", expected=WHEEL_FILE_SIZE, found=None, details={"pending": pending})
     return info("timer-wheel", "timerwheel is missing (no timer message is pending): the broker starts an empty wheel, nothing is lost", file="timerwheel", expected=WHEEL_FILE_SIZE, found=None)
+
+
+def _behind(resume: Resume, check: fmt.TimerCheck, again: Callable[[], str]) -> Finding:
+    """``timercheck-behind``: a timer log that ends cleanly with units of messages from timercheck's ``masterTimerQueueOffset``
+    on (a crash between two checkpoint flushes): ``TimerMessageStore.recover`` takes that offset, the lesser (5.0.0-5.3.3), and
+    ``enqueue`` writes each of those messages a second unit (or puts a due one straight to ``dequeuePutQueue``), so the
+    broker delivers it twice, as the real 5.3.3 broker's start on ``timer-crashed`` did (its timer log's unit count)."""
+    return info("timercheck-behind", f"the timer log holds units of messages from timercheck's masterTimerQueueOffset "
+                f"{check.master_timer_queue_offset} on: the broker's timer recovery {_resumes(resume)} and enqueues the later "
+                f"messages again{again()}", file="config/timercheck", found=check.master_timer_queue_offset,
+                details={"requeued": True})
 
 
 def _again(store: Store, report: TimerReport, resume: Resume) -> str:
