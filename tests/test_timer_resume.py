@@ -42,7 +42,9 @@ def test_a_slave_delivers_none_of_the_messages_it_enqueues_again(tmp_path, role,
     ``BrokerStartup``) never gets ``shouldRunningDequeue`` (``BrokerController.start``: brokerId == 0), so
     ``TimerMessageStore.isRunningDequeue`` is false and it delivers nothing. Before, verify said the one was delivered a
     second time whatever the role in --broker-config. A slave that may act as master (enableSlaveActingMaster: it dequeues
-    while it has the group's least brokerId alive, ``BrokerController.startService``) is counted as a master."""
+    while it has the group's least brokerId alive, ``BrokerController.startService``) is counted as a master. Nor does a slave
+    enqueue every later message: ``isRunningEnqueue`` stops it at timercheck's masterTimerQueueOffset, the one it last synced from
+    its master; before, verify said it enqueues the later messages again, all of them."""
     root = copy_store("5.3.3", "timer-small", tmp_path)
     config = manifest("5.3.3", "timer-small")["storeConfig"]
     conf = tmp_path / "broker.conf"
@@ -55,8 +57,12 @@ def test_a_slave_delivers_none_of_the_messages_it_enqueues_again(tmp_path, role,
     [ahead] = [f for f in findings(root, "--broker-version", "5.3.3", "--broker-config", conf)
                if f["kind"] == "timercheck-ahead" and f["details"] == {"requeued": True}]
     master = f"{delivered} of them delivered already (their slots were read), which it delivers a second time"
-    slave = "none of which a slave delivers (brokerRole=SLAVE: TimerMessageStore.isRunningDequeue is false)"
-    assert delivered == 1
+    synced = manifest("5.3.3", "timer-small")["timer"]["timercheck"]["masterTimerQueueOffset"]
+    upto = synced - queued[at - 52] - 1  # a slave's enqueue stops at the masterTimerQueueOffset it synced (isRunningEnqueue)
+    slave = (f"which a slave does only for the {upto} before masterTimerQueueOffset {synced}, the one it last synced from its master, "
+             "where its enqueue stops until it syncs a later one (TimerMessageStore.isRunningEnqueue), delivering none (brokerRole=SLAVE: "
+             "TimerMessageStore.isRunningDequeue is false)")
+    assert delivered == 1 and upto > 0
     dequeues = role != "SLAVE" or acting
     assert (master in ahead["message"], slave in ahead["message"]) == (dequeues, not dequeues), ahead["message"]
 
@@ -180,3 +186,19 @@ def test_info_counts_the_timer_messages_not_yet_enqueued_from_where_verify_resum
     timer = json.loads(result.stdout)["timer"]
     ends = after["enqueueBehindMessages"] + after["currQueueOffset"]
     assert (timer["queue_max_offset"], timer["not_enqueued"]) == (ends, after["enqueueBehindMessages"])
+
+
+def test_a_slave_enqueues_nothing_past_the_master_offset_it_synced(tmp_path):
+    """5.3.3 ``timer-crashed`` on a slave (brokerRole=SLAVE): ``recover`` resumes at timercheck's masterTimerQueueOffset (126, as
+    the real broker did), and a slave's ``isRunningEnqueue`` is false from that offset on, the one it last synced from its master,
+    so it enqueues none of the later messages again until it syncs a later one, and delivers none. Before, verify said a slave
+    enqueues the later messages again."""
+    config = manifest("5.3.3", "timer-crashed")["storeConfig"]
+    conf = tmp_path / "broker.conf"
+    conf.write_text("".join(f"{k}={config[k]}\n" for k in SIZES) + "brokerRole=SLAVE\nbrokerId=1\n")
+    resumed = recovered("5.3.3", "timer-crashed")["timerAfterLoad"]["currQueueOffset"]
+    [behind] = [f for f in findings(store_path("5.3.3", "timer-crashed"), "--broker-version", "5.3.3", "--broker-config", conf)
+                if f["details"].get("requeued")]
+    assert (f"enqueues the later messages again, which a slave does not: its enqueue stops at masterTimerQueueOffset {resumed}, the one "
+            "it last synced from its master, until it syncs a later one (TimerMessageStore.isRunningEnqueue), delivering none "
+            "(brokerRole=SLAVE: TimerMessageStore.isRunningDequeue is false)") in behind["message"], behind["message"]

@@ -45,7 +45,7 @@ def timer_findings(store: Store, start: NextStart | None = None) -> Iterator[Fin
 
         start = next_start(store)
     resume = timer_resume(store, report, timer.check, start)
-    again = functools.cache(lambda: _again(store, report, resume))  # a commit log scan: only for an info that says it
+    again = functools.cache(lambda: _again(store, report, resume, timer.check))  # a commit log scan: only for an info that says it
     if not end.clean and resume.requeued:
         yield info("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it "
                    f"there, {_resumes(resume)} and enqueues the later messages again{again()}: nothing lost", file="timerlog",
@@ -212,15 +212,22 @@ def _behind(resume: Resume, check: fmt.TimerCheck, again: Callable[[], str]) -> 
                 details={"requeued": True})
 
 
-def _again(store: Store, report: TimerReport, resume: Resume) -> str:
+def _again(store: Store, report: TimerReport, resume: Resume, check: fmt.TimerCheck | None) -> str:
     """The clause a ``requeued`` info adds where some of the messages enqueued again were delivered already, or, resumed from
     timercheck's ``masterTimerQueueOffset``, still have their unit in the timer log (``scan.timer.delivered_again``): the
     broker delivers them a second time. A slave (``StoreConfig.slave``) delivers none: ``BrokerController.start`` sets
     ``shouldRunningDequeue`` only for brokerId 0, which a SLAVE's never is (``BrokerStartup``), and without it
     ``TimerMessageStore.isRunningDequeue`` is false and ``putMessageToTimerWheel`` sends nothing due to ``dequeuePutQueue``
-    (5.0.0-5.3.3)."""
+    (5.0.0-5.3.3). Nor does a slave enqueue them all: ``isRunningEnqueue`` is false for a slave without ``shouldRunningDequeue``
+    once ``currQueueOffset`` reaches timercheck's ``masterTimerQueueOffset`` (0 without ``check``), the offset it last synced
+    from its master (``SlaveSynchronize.syncTimerCheckPoint``), so it goes on only as that offset moves."""
     if store.config.slave:
-        return ", none of which a slave delivers (brokerRole=SLAVE: TimerMessageStore.isRunningDequeue is false)"
+        master = check.master_timer_queue_offset if check is not None else 0
+        n = max(min(master, resume.queue_end if resume.queue_end is not None else master) - resume.offset, 0)
+        synced, wait = f"masterTimerQueueOffset {master}, the one it last synced from its master", "until it syncs a later one"
+        return ((f", which a slave does only for the {n} before {synced}, where its enqueue stops {wait}" if n
+                 else f", which a slave does not: its enqueue stops at {synced}, {wait}")
+                + " (TimerMessageStore.isRunningEnqueue), delivering none (brokerRole=SLAVE: TimerMessageStore.isRunningDequeue is false)")
     from ..scan.timer import delivered_again
 
     n = delivered_again(store, report, resume.offset)
