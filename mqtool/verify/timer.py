@@ -357,7 +357,8 @@ def _zero_check(store: Store, resume: Resume, again: Callable[[], str], check: f
     ``TimerCheckpoint``'s constructor (5.0.0-5.3.3) reads the file only where it exists, and maps a 4 KiB page of it, which
     extends a shorter one with zeros; either way every offset reads 0 and ``recover`` resumes the enqueue at 0, the lesser."""
     if check is None:
-        kind, said, size = "timercheck-missing", " is missing: its offsets read 0 (TimerCheckpoint reads the file only where it exists)", None
+        kind, size = "timercheck-missing", None
+        said = " is missing: its offsets read 0 (TimerCheckpoint reads the file only where it exists)"
     else:
         kind, size = "timercheck-empty", (store.root / "config" / "timercheck").stat().st_size
         said = (" is empty: its offsets read 0 (TimerCheckpoint maps a 4 KiB page of it, zeros past its end)" if not size
