@@ -11,7 +11,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-from conftest import copy_store, manifest, recovered
+from conftest import copy_store, manifest, recovered, store_path
 from mqtool.cli import app
 
 SEGMENT = 1048576  # the fixtures' commit log segment size
@@ -42,7 +42,9 @@ def test_a_slave_delivers_none_of_the_messages_it_enqueues_again(tmp_path, role,
     ``BrokerStartup``) never gets ``shouldRunningDequeue`` (``BrokerController.start``: brokerId == 0), so
     ``TimerMessageStore.isRunningDequeue`` is false and it delivers nothing. Before, verify said the one was delivered a
     second time whatever the role in --broker-config. A slave that may act as master (enableSlaveActingMaster: it dequeues
-    while it has the group's least brokerId alive, ``BrokerController.startService``) is counted as a master."""
+    while it has the group's least brokerId alive, ``BrokerController.startService``) is counted as a master. Nor does a slave
+    enqueue every later message: ``isRunningEnqueue`` stops it at timercheck's masterTimerQueueOffset, the one it last synced from
+    its master; before, verify said it enqueues the later messages again, all of them."""
     root = copy_store("5.3.3", "timer-small", tmp_path)
     config = manifest("5.3.3", "timer-small")["storeConfig"]
     conf = tmp_path / "broker.conf"
@@ -55,8 +57,12 @@ def test_a_slave_delivers_none_of_the_messages_it_enqueues_again(tmp_path, role,
     [ahead] = [f for f in findings(root, "--broker-version", "5.3.3", "--broker-config", conf)
                if f["kind"] == "timercheck-ahead" and f["details"] == {"requeued": True}]
     master = f"{delivered} of them delivered already (their slots were read), which it delivers a second time"
-    slave = "none of which a slave delivers (brokerRole=SLAVE: TimerMessageStore.isRunningDequeue is false)"
-    assert delivered == 1
+    synced = manifest("5.3.3", "timer-small")["timer"]["timercheck"]["masterTimerQueueOffset"]
+    upto = synced - queued[at - 52] - 1  # a slave's enqueue stops at the masterTimerQueueOffset it synced (isRunningEnqueue)
+    slave = (f"which a slave does only for the {upto} before masterTimerQueueOffset {synced}, the one it last synced from its master, "
+             "where its enqueue stops until it syncs a later one (TimerMessageStore.isRunningEnqueue), delivering none (brokerRole=SLAVE: "
+             "TimerMessageStore.isRunningDequeue is false)")
+    assert delivered == 1 and upto > 0
     dequeues = role != "SLAVE" or acting
     assert (master in ahead["message"], slave in ahead["message"]) == (dequeues, not dequeues), ahead["message"]
 
@@ -122,3 +128,77 @@ def test_the_timer_queue_a_crash_recovery_rebuilds_is_read_whole(tmp_path, abort
     assert recovered("5.3.3", "timer-crashed")["timerAfterLoad"]["currQueueOffset"] == 126
     found = [f["severity"] for f in findings(root, "--broker-version", version) if f["kind"] == "timercheck-ahead"]
     assert found == ([ahead] if ahead else [])
+
+
+@pytest.mark.parametrize("content", [b"", bytes(4096), bytes(20)], ids=["empty", "zeros", "short"])
+def test_an_empty_or_zeroed_timercheck_reads_as_a_missing_one(tmp_path, content):
+    """5.3.3 ``timer-small`` with ``config/timercheck`` empty, all zeros or 20 bytes of zeros: ``TimerCheckpoint``'s constructor
+    (5.0.0-5.3.3) maps a 4 KiB page of the file, extending a shorter one with zeros, and reads its offsets as it does for a
+    file that exists: all 0, as without the file, so ``recover`` resumes at masterTimerQueueOffset 0, the lesser, and enqueues
+    the whole timer queue again. Before, verify said nothing: the store sound."""
+    root = copy_store("5.3.3", "timer-small", tmp_path)
+    (root / "config" / "timercheck").write_bytes(content)
+    every = timers("timer-small")
+    again = sum(m["timer"]["delivered"] or bool(m["timer"]["timerLogUnits"]) for m in every)
+    [empty] = [f for f in findings(root, "--broker-version", "5.3.3") if f["kind"] == "timercheck-empty"]
+    assert (empty["severity"], empty["found"], empty["details"]) == ("info", len(content), {"requeued": True, "from": 0})
+    assert (f"resumes rmq_sys_wheel_timer at masterTimerQueueOffset 0, the lesser (TimerMessageStore.recover), and enqueues the "
+            f"{len(every)} messages from there again, {again} of them delivered already or still in the timer log, which it "
+            "delivers a second time") in empty["message"], empty["message"]
+
+
+def test_an_undamaged_crashed_timer_store_delivers_the_messages_past_timerchecks_master_offset_twice(tmp_path):
+    """5.3.3 ``timer-crashed`` as the real broker left it: its timer log ends cleanly with units of the messages from
+    timercheck's masterTimerQueueOffset on, the checkpoint flushed before them; ``TimerMessageStore.recover`` resumes at that
+    offset, the lesser (``timerAfterLoad``), and ``enqueue`` gives each of those messages a second unit: the real broker's
+    start added a unit per message enqueued (``timerAfterShutdown``), so those with a unit already are delivered twice. Before,
+    verify said so only where the log was damaged."""
+    done = recovered("5.3.3", "timer-crashed")
+    resumed = done["timerAfterLoad"]["currQueueOffset"]
+    units = [done[k]["timerlog"]["unitCount"] for k in ("timerBeforeLoad", "timerAfterShutdown")]
+    enqueued = [t for t in timers("timer-crashed") if t["timer"]["wheelQueueOffset"] >= resumed]
+    twice = sum(t["timer"]["delivered"] or bool(t["timer"]["timerLogUnits"]) for t in enqueued)
+    assert units[1] - units[0] == len(enqueued) and 0 < twice < len(enqueued)
+    [behind] = [f for f in findings(store_path("5.3.3", "timer-crashed"), "--broker-version", "5.3.3") if f["kind"] == "timercheck-behind"]
+    assert (behind["severity"], behind["found"], behind["details"]) == ("info", resumed, {"requeued": True})
+    assert (f"resumes rmq_sys_wheel_timer at timercheck's masterTimerQueueOffset {resumed}, before the message of the log's last unit "
+            f"(TimerMessageStore.recover takes the lesser of the two) and enqueues the later messages again, {twice} of them delivered "
+            "already or still in the timer log, which it delivers a second time") in behind["message"], behind["message"]
+
+
+@pytest.mark.parametrize("kept", [120, None])
+def test_info_counts_the_timer_messages_not_yet_enqueued_from_where_verify_resumes(tmp_path, kept):
+    """5.3.3 ``timer-crashed`` with timercheck's lastTimerQueueOffset at 50 and rmq_sys_wheel_timer queue 0 cut to ``kept``
+    entries (or as it is): ``recover`` resumes at the lesser of the offset after the log's last unit's message and
+    masterTimerQueueOffset (126, as the real broker did), never at lastTimerQueueOffset, on the queue the abnormal recovery
+    rebuilt first (137 entries). Before, info counted from lastTimerQueueOffset on the queue's files as they are."""
+    root = copy_store("5.3.3", "timer-crashed", tmp_path)
+    with open(root / "config" / "timercheck", "r+b") as f:  # lastTimerQueueOffset at 16
+        f.seek(16)
+        f.write((50).to_bytes(8, "big"))
+    if kept is not None:
+        queue = root / "consumequeue" / "rmq_sys_wheel_timer" / "0" / "00000000000000000000"
+        data = bytearray(queue.read_bytes())
+        data[kept * 20:] = bytes(len(data) - kept * 20)
+        queue.write_bytes(bytes(data))
+    after = recovered("5.3.3", "timer-crashed")["timerAfterLoad"]
+    result = CliRunner().invoke(app, ["info", str(root), "--broker-version", "5.3.3", "--format", "json"])
+    timer = json.loads(result.stdout)["timer"]
+    ends = after["enqueueBehindMessages"] + after["currQueueOffset"]
+    assert (timer["queue_max_offset"], timer["not_enqueued"]) == (ends, after["enqueueBehindMessages"])
+
+
+def test_a_slave_enqueues_nothing_past_the_master_offset_it_synced(tmp_path):
+    """5.3.3 ``timer-crashed`` on a slave (brokerRole=SLAVE): ``recover`` resumes at timercheck's masterTimerQueueOffset (126, as
+    the real broker did), and a slave's ``isRunningEnqueue`` is false from that offset on, the one it last synced from its master,
+    so it enqueues none of the later messages again until it syncs a later one, and delivers none. Before, verify said a slave
+    enqueues the later messages again."""
+    config = manifest("5.3.3", "timer-crashed")["storeConfig"]
+    conf = tmp_path / "broker.conf"
+    conf.write_text("".join(f"{k}={config[k]}\n" for k in SIZES) + "brokerRole=SLAVE\nbrokerId=1\n")
+    resumed = recovered("5.3.3", "timer-crashed")["timerAfterLoad"]["currQueueOffset"]
+    [behind] = [f for f in findings(store_path("5.3.3", "timer-crashed"), "--broker-version", "5.3.3", "--broker-config", conf)
+                if f["details"].get("requeued")]
+    assert (f"enqueues the later messages again, which a slave does not: its enqueue stops at masterTimerQueueOffset {resumed}, the one "
+            "it last synced from its master, until it syncs a later one (TimerMessageStore.isRunningEnqueue), delivering none "
+            "(brokerRole=SLAVE: TimerMessageStore.isRunningDequeue is false)") in behind["message"], behind["message"]

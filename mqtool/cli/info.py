@@ -139,10 +139,11 @@ NOT_A_ROOT = "given a commit log folder or segment, not the store root"
 UNREAD_PARTS = ("abort", "lock", "checkpoint", "consumequeue", "index", "config")
 
 
-def info_document(store: Store) -> dict[str, Any]:
+def info_document(store: Store, state: dict[str, Any]) -> dict[str, Any]:
     """``store_summary`` scanned from where the broker's next start scans, with what that start keeps and
     drops (``store.nextstart``; where a dispatch that throws stops it: ``verify.lmq.with_stall``);
-    without consume queues, the topics of the commit log (``topics_source``).
+    without consume queues, the topics of the commit log (``topics_source``); then ``state`` (``warn_store_state``) and,
+    with a timer log, its section (``scan.timer.timer_summary``, which resumes where that start leaves the timer queue).
     Given a bare commit log folder or segment, the store's other parts are ``not_looked_at``."""
     from ..store.nextstart import next_start, start_of
     from ..store.commitlog import ScanEnd
@@ -161,6 +162,11 @@ def info_document(store: Store) -> dict[str, Any]:
         doc["topics_source"] = "commitlog"
         if doc["topics"] and store.root is not None:
             doc["notes"].append("no consume queues: topics and message counts are those of the commit log records (rebuild the queues with `mqtool rebuild-cq`)")
+    doc |= state
+    if store.root is not None and (store.root / "timerlog").is_dir():
+        from ..scan.timer import timer_summary  # pyarrow: only for a store with a timer log
+
+        doc["timer"] = timer_summary(store, found)
     return doc
 
 
@@ -203,9 +209,5 @@ def info(
     """
     with open_store(store_path, broker_config, broker_version) as store:
         state = warn_store_state(store.root)  # said before the store is read
-        doc = info_document(store) | state
-        if store.root is not None and (store.root / "timerlog").is_dir():
-            from ..scan.timer import timer_summary  # pyarrow: only for a store with a timer log
-
-            doc["timer"] = timer_summary(store)
+        doc = info_document(store, state)
         emit_document(doc, format, render_info)

@@ -15,6 +15,8 @@ UNIQ_KEY (``TimerMessageStore.convertMessage``). A unit's ``state``:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 
 from ..formats import timer as fmt
@@ -26,6 +28,9 @@ from ..store.timer import TimerLogEnd, TimerStore
 from . import compute
 from .filter import MessageFilter
 from .messages import MessageScan
+
+if TYPE_CHECKING:
+    from ..store.nextstart import NextStart
 
 TIMER_FIELDS = (
     "timer_log_offset", "magic", "prev_pos", "enqueue_time", "delivery_time", "offset", "size",
@@ -140,9 +145,13 @@ def timer_report(store: Store, timer: TimerStore) -> TimerReport:
     return TimerReport(rows, timer.log.end, end)
 
 
-def timer_summary(store: Store, *, next_count: int = 5) -> dict | None:
+def timer_summary(store: Store, start: NextStart | None = None, *, next_count: int = 5) -> dict | None:
     """``info``'s timer section: units by state, the next deliveries, the pending backlog per hour (UTC, epoch ms
-    of the hour's start), ``config/timercheck`` and how many timer messages wait in their queue, not yet enqueued."""
+    of the hour's start), ``config/timercheck`` and how many timer messages wait in their queue, not yet enqueued: from
+    where the broker's timer recovery resumes to the queue's end as that recovery reads it (``verify.timer.timer_resume``,
+    verify's rule; ``start``: the broker's next start, where the caller has it)."""
+    from ..verify.timer import timer_resume  # verify's timer check imports this module
+
     timer = TimerStore.open(store.root) if store.root is not None else None
     if timer is None:
         return None
@@ -158,10 +167,7 @@ def timer_summary(store: Store, *, next_count: int = 5) -> dict | None:
             backlog[hour] = backlog.get(hour, 0) + 1
     waiting.sort(key=lambda r: (r["delivery_time"], r["timer_log_offset"]))
     check = timer.check
-    queue_max = None
-    if store.path("consumequeue", fmt.TIMER_TOPIC, "0").is_dir():
-        queue = store.consume_queue(fmt.TIMER_TOPIC, 0)
-        queue_max = queue.recover().max_offset if queue.files else 0
+    resume = timer_resume(store, report, check, start)
     return {
         "units": len(report.rows),
         "states": states,
@@ -170,7 +176,7 @@ def timer_summary(store: Store, *, next_count: int = 5) -> dict | None:
         "next_deliveries": [{k: r[k] for k in ("delivery_time", "real_topic", "real_queue_id", "uniq_key", "offset", "state")} for r in waiting[:next_count]],
         "backlog_by_hour": [{"hour": h, "messages": n} for h, n in sorted(backlog.items())],
         "timercheck": check._asdict() if check is not None else None,
-        "queue_max_offset": queue_max,
-        "not_enqueued": max(queue_max - check.last_timer_queue_offset, 0) if check is not None and queue_max is not None else None,
+        "queue_max_offset": resume.queue_end,
+        "not_enqueued": max(resume.queue_end - resume.offset, 0) if resume.queue_end is not None else None,
         "wheel_size": timer.wheel_size,
     }

@@ -77,6 +77,9 @@ KINDS: dict[str, str] = {
     "timer-stray-entry": "an entry of timerlog/ that is no timer log file (a directory, a symlink, another name): TimerLog.load's MappedFileQueue.load refuses to start on it (5.x), or loads otherwise",
     "timercheck-ahead": "config/timercheck says more was enqueued or flushed than the timer log and its queue hold",
     "timercheck-missing": "no config/timercheck beside the timer store: the broker enqueues its timer queue again from its min offset",
+    "timercheck-empty": "config/timercheck is empty or its offsets are zeros: the broker reads them as 0, as without the file",
+    "timercheck-behind": "the timer log holds units of messages from timercheck's masterTimerQueueOffset on: the broker enqueues them "
+                         "again",
     # checkpoint, abort, config
     "checkpoint-missing": "no checkpoint file",
     "not-a-file": "a file the broker opens by name (checkpoint, lock, timerwheel, config/timercheck) is a directory (one it maps, a special "

@@ -44,8 +44,8 @@ def timer_findings(store: Store, start: NextStart | None = None) -> Iterator[Fin
         from ..store.nextstart import next_start
 
         start = next_start(store)
-    resume = _resume(store, report, timer.check, start)
-    again = functools.cache(lambda: _again(store, report, resume))  # a commit log scan: only for an info that says it
+    resume = timer_resume(store, report, timer.check, start)
+    again = functools.cache(lambda: _again(store, report, resume, timer.check))  # a commit log scan: only for an info that says it
     if not end.clean and resume.requeued:
         yield info("timer-log-damaged", f"timer log stops at offset {end.offset}: {end.reason}; the broker's timer recovery truncates it "
                    f"there, {_resumes(resume)} and enqueues the later messages again{again()}: nothing lost", file="timerlog",
@@ -55,7 +55,11 @@ def timer_findings(store: Store, start: NextStart | None = None) -> Iterator[Fin
                     file="timerlog", details={"timer_log_offset": end.offset})
     yield from _reference_findings(store, report)
     yield from _wheel_findings(store, timer, report)
-    yield from _check_findings(store, timer, report, resume, again)
+    checked = list(_check_findings(store, timer, report, resume, again))
+    yield from checked
+    if end.clean and resume.requeued and resume.master and timer.check is not None and not any(
+            (f.details or {}).get("requeued") for f in checked):
+        yield _behind(resume, timer.check, again)
     states = Counter(row["state"] for row in report.rows)
     counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
     return f"timer store: {len(report.rows)} timer log units ({counts or 'none'}), log end {report.log_end.offset}"
@@ -197,15 +201,33 @@ def _missing_wheel(report: TimerReport) -> Finding:
     return info("timer-wheel", "timerwheel is missing (no timer message is pending): the broker starts an empty wheel, nothing is lost", file="timerwheel", expected=WHEEL_FILE_SIZE, found=None)
 
 
-def _again(store: Store, report: TimerReport, resume: Resume) -> str:
+def _behind(resume: Resume, check: fmt.TimerCheck, again: Callable[[], str]) -> Finding:
+    """``timercheck-behind``: a timer log that ends cleanly with units of messages from timercheck's ``masterTimerQueueOffset``
+    on (a crash between two checkpoint flushes): ``TimerMessageStore.recover`` takes that offset, the lesser (5.0.0-5.3.3), and
+    ``enqueue`` writes each of those messages a second unit (or puts a due one straight to ``dequeuePutQueue``), so the
+    broker delivers it twice, as the real 5.3.3 broker's start on ``timer-crashed`` did (its timer log's unit count)."""
+    return info("timercheck-behind", f"the timer log holds units of messages from timercheck's masterTimerQueueOffset "
+                f"{check.master_timer_queue_offset} on: the broker's timer recovery {_resumes(resume)} and enqueues the later "
+                f"messages again{again()}", file="config/timercheck", found=check.master_timer_queue_offset,
+                details={"requeued": True})
+
+
+def _again(store: Store, report: TimerReport, resume: Resume, check: fmt.TimerCheck | None) -> str:
     """The clause a ``requeued`` info adds where some of the messages enqueued again were delivered already, or, resumed from
     timercheck's ``masterTimerQueueOffset``, still have their unit in the timer log (``scan.timer.delivered_again``): the
     broker delivers them a second time. A slave (``StoreConfig.slave``) delivers none: ``BrokerController.start`` sets
     ``shouldRunningDequeue`` only for brokerId 0, which a SLAVE's never is (``BrokerStartup``), and without it
     ``TimerMessageStore.isRunningDequeue`` is false and ``putMessageToTimerWheel`` sends nothing due to ``dequeuePutQueue``
-    (5.0.0-5.3.3)."""
+    (5.0.0-5.3.3). Nor does a slave enqueue them all: ``isRunningEnqueue`` is false for a slave without ``shouldRunningDequeue``
+    once ``currQueueOffset`` reaches timercheck's ``masterTimerQueueOffset`` (0 without ``check``), the offset it last synced
+    from its master (``SlaveSynchronize.syncTimerCheckPoint``), so it goes on only as that offset moves."""
     if store.config.slave:
-        return ", none of which a slave delivers (brokerRole=SLAVE: TimerMessageStore.isRunningDequeue is false)"
+        master = check.master_timer_queue_offset if check is not None else 0
+        n = max(min(master, resume.queue_end if resume.queue_end is not None else master) - resume.offset, 0)
+        synced, wait = f"masterTimerQueueOffset {master}, the one it last synced from its master", "until it syncs a later one"
+        return ((f", which a slave does only for the {n} before {synced}, where its enqueue stops {wait}" if n
+                 else f", which a slave does not: its enqueue stops at {synced}, {wait}")
+                + " (TimerMessageStore.isRunningEnqueue), delivering none (brokerRole=SLAVE: TimerMessageStore.isRunningDequeue is false)")
     from ..scan.timer import delivered_again
 
     n = delivered_again(store, report, resume.offset)
@@ -241,7 +263,7 @@ class Resume(NamedTuple):
         return self.after_unit and not self.past_end
 
 
-def _resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None, start: NextStart | None) -> Resume:
+def timer_resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None, start: NextStart | None) -> Resume:
     """The ``Resume`` of ``TimerMessageStore.recover``: ``reviseQueueOffset`` reads the unit right before where
     ``recoverAndRevise`` ends the log; where its message is readable, the offset after that message's queue offset (the one
     stored in the record: it searches the queue back for it and keeps it where the queue lost it), else timercheck's
@@ -330,15 +352,28 @@ def _resumes_at(resume: Resume) -> str:
     return f"{said} ({why}){_raised(resume)}"
 
 
+def _zero_check(store: Store, resume: Resume, again: Callable[[], str], check: fmt.TimerCheck | None) -> Finding:
+    """``timercheck-missing`` without ``config/timercheck``, ``timercheck-empty`` where it is empty or its four offsets are zeros:
+    ``TimerCheckpoint``'s constructor (5.0.0-5.3.3) reads the file only where it exists, and maps a 4 KiB page of it, which
+    extends a shorter one with zeros; either way every offset reads 0 and ``recover`` resumes the enqueue at 0, the lesser."""
+    if check is None:
+        kind, size = "timercheck-missing", None
+        said = " is missing: its offsets read 0 (TimerCheckpoint reads the file only where it exists)"
+    else:
+        kind, size = "timercheck-empty", (store.root / "config" / "timercheck").stat().st_size
+        said = (" is empty: its offsets read 0 (TimerCheckpoint maps a 4 KiB page of it, zeros past its end)" if not size
+                else f"'s offsets are all 0 ({size} bytes), as they read without the file")
+    return info(kind, f"config/timercheck{said}, so the broker's timer recovery resumes {fmt.TIMER_TOPIC} at masterTimerQueueOffset 0, "
+                f"the lesser (TimerMessageStore.recover){_raised(resume)}, and enqueues the {resume.queue_end - resume.offset} messages "
+                f"from there again{again()}", file="config/timercheck", expected="a timer checkpoint", found=size,
+                details={"requeued": True, "from": resume.offset})
+
+
 def _check_findings(store: Store, timer: TimerStore, report: TimerReport, resume: Resume, again: Callable[[], str]) -> Iterator[Finding]:
     check = timer.check
-    if check is None:
+    if check is None or not any(check[:4]):
         if resume.queue_end is not None and resume.queue_end > resume.offset:
-            yield info("timercheck-missing", f"config/timercheck is missing: its offsets read 0 (TimerCheckpoint reads the file only where "
-                       f"it exists), so the broker's timer recovery resumes {fmt.TIMER_TOPIC} at masterTimerQueueOffset 0, the lesser "
-                       f"(TimerMessageStore.recover){_raised(resume)}, and enqueues the {resume.queue_end - resume.offset} messages "
-                       f"from there again{again()}", file="config/timercheck", expected="a timer checkpoint", found=None,
-                       details={"requeued": True, "from": resume.offset})
+            yield _zero_check(store, resume, again, check)
         return
     end = report.log_end.offset
     if check.last_timer_log_flush_pos > end:
