@@ -1,4 +1,4 @@
-"""Where 5.x's timer recovery resumes enqueuing rmq_sys_wheel_timer and who delivers again (``verify.timer._resume``,
+"""Where 5.x's timer recovery resumes enqueuing rmq_sys_wheel_timer and who delivers again (``scan.timer.timer_resume``,
 ``_again``), against the real broker's 5.3.3 timer stores: a slave's role, the queue's min offset, a missing
 ``config/timercheck`` and the queue as ``DefaultMessageStore.load``'s recovery leaves it before the timer store loads."""
 

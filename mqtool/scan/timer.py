@@ -15,7 +15,7 @@ UNIQ_KEY (``TimerMessageStore.convertMessage``). A unit's ``state``:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 
@@ -24,6 +24,9 @@ from ..formats.dispatch import java_int_or_none
 from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey
 from ..store import Store
+from ..store.lookup import QueueRange, queue_max_after_cut, queue_range
+from ..store.redispatch import dispatching_recovery, redispatch_start
+from ..store.resync import record_start
 from ..store.timer import TimerLogEnd, TimerStore
 from . import compute
 from .filter import MessageFilter
@@ -148,10 +151,8 @@ def timer_report(store: Store, timer: TimerStore) -> TimerReport:
 def timer_summary(store: Store, start: NextStart | None = None, *, next_count: int = 5) -> dict | None:
     """``info``'s timer section: units by state, the next deliveries, the pending backlog per hour (UTC, epoch ms
     of the hour's start), ``config/timercheck`` and how many timer messages wait in their queue, not yet enqueued: from
-    where the broker's timer recovery resumes to the queue's end as that recovery reads it (``verify.timer.timer_resume``,
+    where the broker's timer recovery resumes to the queue's end as that recovery reads it (``timer_resume``,
     verify's rule; ``start``: the broker's next start, where the caller has it)."""
-    from ..verify.timer import timer_resume  # verify's timer check imports this module
-
     timer = TimerStore.open(store.root) if store.root is not None else None
     if timer is None:
         return None
@@ -180,3 +181,84 @@ def timer_summary(store: Store, start: NextStart | None = None, *, next_count: i
         "not_enqueued": max(resume.queue_end - resume.offset, 0) if resume.queue_end is not None else None,
         "wheel_size": timer.wheel_size,
     }
+
+
+class Resume(NamedTuple):
+    """Where ``TimerMessageStore.recover`` (5.0.0-5.3.3) resumes enqueuing ``rmq_sys_wheel_timer`` queue 0 (reference §9):
+    ``offset``, raised to the queue's min offset where below it, before 5.3.2's clamp to its max (rules §8.1); ``after_unit``:
+    ``reviseQueueOffset`` read the message of the timer log's last unit, the offset right after it; ``master``: timercheck's
+    ``masterTimerQueueOffset`` is lower and taken instead (``currQueueOffset = min(...)``), from further back; ``queue_end``:
+    the queue's end, if any; ``raised_from``: the offset ``offset`` replaces, below the queue's min offset; ``checked``:
+    ``config/timercheck`` exists."""
+
+    offset: int
+    after_unit: bool
+    master: bool
+    queue_end: int | None
+    raised_from: int | None = None
+    checked: bool = True
+
+    @property
+    def past_end(self) -> bool:
+        """Past the queue's end (the queue lost its tail): 5.0.0-5.3.1 wait there and never enqueue what the queue gets before
+        it reaches it; 5.3.2+ resume at the end."""
+        return self.queue_end is not None and self.offset > self.queue_end
+
+    @property
+    def requeued(self) -> bool:
+        """The enqueue goes on from the message of the log's last unit or before it, enqueuing the later ones again (a cut or
+        damaged tail's too: nothing lost)."""
+        return self.after_unit and not self.past_end
+
+
+def timer_resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None, start: NextStart | None) -> Resume:
+    """The ``Resume`` of ``TimerMessageStore.recover``: ``reviseQueueOffset`` reads the unit right before where
+    ``recoverAndRevise`` ends the log; where its message is readable, the offset after that message's queue offset (the one
+    stored in the record: it searches the queue back for it and keeps it where the queue lost it), else timercheck's
+    ``lastTimerQueueOffset``; then the lower of that and ``masterTimerQueueOffset``. Without ``config/timercheck`` both read
+    0 (``TimerCheckpoint``'s constructor reads the file only where it exists): ``master``, from 0. Below the queue's min offset
+    (``timer_queue_range``: ``correctMinOffset`` runs in ``DefaultMessageStore.load``, before), that min:
+    ``TimerMessageStore.enqueue`` raises ``currQueueOffset`` to it before it reads (5.0.0-5.3.3; ``recover`` too, 5.3.2+)."""
+    rows, end = report.rows, report.log_end.offset
+    after_unit = bool(rows) and rows[-1]["timer_log_offset"] == end - fmt.UNIT_SIZE and rows[-1]["state"] != "lost"
+    if after_unit:
+        offset = store.commitlog.read_record(rows[-1]["offset"]).queue_offset + 1
+    else:
+        offset = check.last_timer_queue_offset if check is not None else 0
+    master_offset = check.master_timer_queue_offset if check is not None else 0
+    master = check is None or master_offset < offset
+    offset = min(offset, master_offset)
+    queue = timer_queue_range(store, start)
+    low = queue.min_offset if queue is not None and offset < queue.min_offset else None
+    return Resume(offset if low is None else low, after_unit, master, queue.max_offset if queue is not None else None,
+                  None if low is None else offset, check is not None)
+
+
+def timer_queue_range(store: Store, start: NextStart | None) -> QueueRange | None:
+    """``rmq_sys_wheel_timer`` queue 0's min and max offsets (``lookup.queue_range``; [0, 0] without a file; None where it
+    cannot be read) as ``TimerMessageStore.recover`` reads them: after the recovery of ``DefaultMessageStore.load``, which
+    ``BrokerController.recoverAndInitService`` runs first (5.0.0-5.3.3), on the log the next start keeps (``start``):
+    ``truncateDirtyLogicFiles`` cuts the entries at or past its end (``lookup.queue_max_after_cut``), and a recovery that
+    dispatches (``redispatch.dispatching_recovery``: abnormal; 5.3.2+ normal, rules §2.3) appends the entries of the queue's
+    records after its last one, from where it dispatches (``redispatch.redispatch_start``): a lost tail is rebuilt."""
+    try:
+        loaded = queue_range(store, fmt.TIMER_TOPIC, 0) or QueueRange(0, 0)
+    except (LookupError, OSError, ValueError):
+        return None
+    end = start.logical_end if start is not None else None
+    if end is None:
+        return loaded
+    top, last = loaded.max_offset, None
+    if top:
+        queue = store.consume_queue(fmt.TIMER_TOPIC, 0)
+        last = queue.read_entry(top - 1)
+        if last is not None and last.phys_offset >= end:
+            top = queue_max_after_cut(store, fmt.TIMER_TOPIC, 0, end, top - 1)
+            last = queue.read_entry(top - 1) if top else None
+    since = redispatch_start(store)[0] if dispatching_recovery(store) is not None else None  # None: the release decides
+    if since is not None:
+        after = last.phys_offset + last.size if last is not None else store.commitlog.min_offset
+        scan = MessageScan(store, start=record_start(store.commitlog, max(since, after)), stop=end, columns=["offset"],
+                           match=MessageFilter(topics=(fmt.TIMER_TOPIC,), queue=0), check_crc=False)
+        top += sum(o >= since for batch in scan for o in batch["offset"].to_pylist())
+    return QueueRange(min(loaded.min_offset, top), top)

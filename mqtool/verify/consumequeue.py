@@ -666,9 +666,9 @@ class ConsumeQueueCheck(FindingSink):
         """The ranges the start-up reput that would rebuild missing entries skips (``DispatchScanner.skipped_ranges``, the
         model ``recover`` plans with: ``doReput`` meeting a record it cannot dispatch goes on at the next file, §8.12, rules
         §2.12): no recovery cuts a mixed store's classic log (§15.5), so its records there get no entry. None where a
-        recovery re-dispatches (``state.dispatching_recovery``: its scan ends at such a record)."""
+        recovery re-dispatches (``redispatch.dispatching_recovery``: its scan ends at such a record)."""
         from ..dispatch.scanner import TAGS_DELIVERY_TIME, phase_scanner
-        from .state import dispatching_recovery
+        from ..store.redispatch import dispatching_recovery
 
         store, start = self.store, self.redispatch_from
         if start is None or start >= self.logical_end or dispatching_recovery(store) is not None:

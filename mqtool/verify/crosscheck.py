@@ -22,7 +22,7 @@ from .consumequeue import ConsumeQueueCheck
 from .findings import Finding
 from .index import IndexCheck
 from .logstream import records_of
-from .state import redispatch_start
+from ..store.redispatch import redispatch_start
 
 
 @dataclass

@@ -29,7 +29,7 @@ from ..store.index import list_index_files
 from ..store.mappedfile import INDEX_SERVICE, MappedFile, open_read_only
 from ..store.textscan import index_key_hashes, java_hash_states, utf16_units_of
 from ._index import entries_match, first_beyond, read_entries, slots_differ
-from .state import dispatching_recovery
+from ..store.redispatch import dispatching_recovery
 from .commitlog import relative, stray_finding
 from .findings import Finding, FindingSink, error, info, warning
 from .logstream import LogRecord

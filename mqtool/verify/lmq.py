@@ -68,7 +68,7 @@ def expected_lmq_entries(store: Store, start: int | None, stop: int | None, unre
 
 def each_candidate(store: Store, answer: Callable[[Store], object]) -> list:
     """``answer(store)``, under each candidate release while the release is undecided after a clean stop (where the eras'
-    starts differ: ``state.redispatch_start`` wants the release), else once."""
+    starts differ: ``redispatch.redispatch_start`` wants the release), else once."""
     if store.version is not None or store.abort_present:
         return [answer(store)]
     answers = []
@@ -80,15 +80,15 @@ def each_candidate(store: Store, answer: Callable[[Store], object]) -> list:
 
 def next_start_stall(store: Store, throw: DispatchThrows) -> str | None:
     """How the broker's next start meets a record whose dispatch throws, or None when that start dispatches no record
-    from there (``state.redispatch_start``; while the release is undecided, the candidates' answer when they agree):
-    a recovery that dispatches (``state.dispatching_recovery``: abnormal recovery, 5.3.2+'s normal one; with DLedger data,
+    from there (``redispatch.redispatch_start``; while the release is undecided, the candidates' answer when they agree):
+    a recovery that dispatches (``redispatch.dispatching_recovery``: abnormal recovery, 5.3.2+'s normal one; with DLedger data,
     5.2.0+'s abnormal one alone) dispatches it inside ``DefaultMessageStore.load``, which catches the exception and fails
     (the broker refuses to start); 4.5.0-4.9.8's start-up reput (``ReputMessageService.doReput``) retries it forever, and
     ``start()`` waits for it (rules §2.11, §3.12, §8.4; ``CommitLog.recoverAbnormally``, ``ReputMessageService.run``
     @4.9.7, 5.1.4, 5.3.3), up to DLedger's committed position on a DLedger store: past it, after the start. A recovery
     notifies nothing: a throw of the reput's notify alone (``LmqNotifyThrows``) stops 4.9.3-4.9.8's start-up reput
     (``reput_notifies``)."""
-    from .state import dispatching_recovery, redispatch_start
+    from ..store.redispatch import dispatching_recovery, redispatch_start
 
     def how(s: Store) -> str | None:
         first, _ = redispatch_start(s)
@@ -127,11 +127,11 @@ def reput_notifies(store: Store) -> bool:
 
 
 def stall_throw(store: Store, stop: int) -> tuple[DispatchThrows, str] | None:
-    """The first record the next start dispatches (``state.redispatch_start``, up to ``stop``, its end) whose dispatch,
+    """The first record the next start dispatches (``redispatch.redispatch_start``, up to ``stop``, its end) whose dispatch,
     or reput notify (``reput_notifies``), throws, with ``next_start_stall``'s how, found as the planners find it
     (``dispatch.scanner.first_throw``, compiled); None where there is none, and unread where none can be: multi-dispatch
     off (``Store.multi_dispatch``: what the records ask for where nothing says, the throw then undecided) and no notify."""
-    from .state import dispatching_recovery, redispatch_start
+    from ..store.redispatch import dispatching_recovery, redispatch_start
 
     rules, notify = store.rules, reput_notifies(store)
     if not (store.multi_dispatch or notify) or rules.lmq_rule == NO_MULTI_DISPATCH:

@@ -1,7 +1,7 @@
 """The checkpoint, the abort marker and ``config/*.json`` against the data (reference §7, §8, §1.4).
 
-Also answers what the broker's next start would redo by itself (``redispatch_start``), which
-decides whether missing consume queue entries are a warning (rebuilt) or an error (lost).
+What the broker's next start would redo by itself (``store.redispatch``) decides whether missing
+consume queue entries are a warning (rebuilt) or an error (lost).
 """
 
 from __future__ import annotations
@@ -16,74 +16,8 @@ from ..store.store import A_DEVICE_CONFIG, A_FIFO, MISSING, NOT_A_FILE
 from ..store.version import eras_label
 from ..store import offsets
 from ..store.nextstart import abort_refusal, bak_refusal, checkpoint_refusal, loading_eras, opened_first_refusal
-from ..store.startfile import abnormal_bound, log_recovery_mode, max_queue_phys_offset
+from ..store.redispatch import abnormal_recovery_start, dispatching_recovery
 from .findings import Finding, error, info, warning
-
-
-def abnormal_recovery_start(store: Store) -> tuple[int, str, int]:
-    """(offset, why, checkpoint time bound) of the abnormal recovery the abort file announces: the
-    broker's rule for this store's version (``store.nextstart.start_of``, the one implementation
-    of ``isMappedFileMatchedRecover``'s choice, §8.4); for a store with DLedger data, where ``DLedgerCommitLog``'s recovery
-    after a crash scans from (``dledgerstart.dledger_start``)."""
-    from ..store.nextstart import start_of
-
-    bound, _ = abnormal_bound(store)
-    start = start_of(store)
-    if start is None:
-        from ..store.dledgerstart import data_recovery, dledger_start
-
-        start = dledger_start(store, data_recovery(store.commitlog), store.version or store.version_guess.candidates[0], mode="abnormal")
-    return start.offset, start.rule, bound
-
-
-def redispatch_start(store: Store) -> tuple[int | None, str]:
-    """The commit log offset from which the broker's next start re-dispatches records into the
-    consume queues and the index by itself, and why (None: it does not): a recovery that dispatches
-    (``dispatching_recovery``), else the reput from the consume queues' max in 4.5.0-4.9.8 (rules §2.11). On a
-    store with DLedger data ``DLedgerCommitLog``'s recovery dispatches nothing, after a crash too, but in 5.2.0+'s
-    abnormal one, and 5.x re-puts from DLedger's committed position, else its first data file (``dledgerstart.reput_start``;
-    ``DLedgerCommitLog.recover`` @4.9.7, ``dledgerRecoverNormally``, ``DefaultMessageStore.start`` @5.3.3; rules §8.4): while the
-    release is undecided, the eras left must agree."""
-    from ..store.rules import VersionRules
-
-    version, dledger = store.version, store.recovers_dledger_data
-    unknown = None, "broker version unknown (pass --broker-version): assuming nothing is re-dispatched"
-    if dledger and version is None and len({(r.reput_from_cq_max, r.dledger_abnormal_redispatch)
-                                            for r in map(VersionRules, store.version_guess.candidates)}) > 1:
-        return unknown
-    mode = dispatching_recovery(store)
-    if mode == "abnormal":
-        start, _, _ = abnormal_recovery_start(store)
-        whose = "DLedger's " if dledger else ""
-        return start, f"the abort file is present, so {whose}abnormal recovery re-dispatches every record from offset {start}"
-    if version is None and not dledger:
-        return unknown
-    who, rules = f"broker {version or store.version_guess.label}", store.rules
-    nothing = "DLedger's recovery dispatches nothing; " if dledger else ""
-    if mode == "normal":
-        top = max_queue_phys_offset(store)
-        return top + 1, f"{who}: normal recovery dispatches records after the consume queues' max offset {top}"
-    if rules.reput_from_cq_max:
-        top = max(max_queue_phys_offset(store), store.commitlog.min_offset, 0)
-        return top, f"{who}: {nothing}the reput service resumes at the consume queues' max offset {top}"
-    if dledger:  # 5.x: from getConfirmOffset() (``dledgerstart.reput_start``, as ``recovery.dledger.DLedgerLog.reput_from``)
-        from ..store.dledgerstart import data_recovery, reput_start
-
-        start, where = reput_start(store.commitlog, data_recovery(store.commitlog))
-        return start, f"{who}: {nothing}the reput service resumes at {where}"
-    when = "after a clean shutdown" if not store.abort_present else "(DLedgerCommitLog recovers the classic log as after a clean stop)"
-    return None, f"{who} does not re-dispatch records {when}"
-
-
-def dispatching_recovery(store: Store) -> str | None:
-    """The recovery of the broker's next start that dispatches, inside ``DefaultMessageStore.load``, as ``redispatch_start``
-    has it: "abnormal", 5.3.2+'s "normal" (rules §2.3; a DLedger broker's first load of a classic commit log: the mode of
-    ``startfile.log_recovery_mode``), or None; on a store with DLedger data 5.2.0+'s abnormal one alone
-    (``DLedgerCommitLog.dledgerRecoverAbnormally``, rules §8.4)."""
-    if store.recovers_dledger_data:
-        return "abnormal" if store.abort_present and store.rules.dledger_abnormal_redispatch else None
-    mode = log_recovery_mode(store, store.rules)
-    return mode if mode == "abnormal" or store.rules.normal_dispatches else None
 
 
 def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) -> Iterator[Finding]:

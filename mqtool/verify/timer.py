@@ -9,22 +9,19 @@ import bisect
 import functools
 from collections import Counter
 
-from typing import TYPE_CHECKING, Callable, Iterator, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..formats import timer as fmt
 from ..store import Store
-from ..store.lookup import QueueRange, queue_max_after_cut, queue_range
 from ..store.nextstart import NextStart, refused_by
-from ..store.resync import record_start
 from ..store.timer import TimerStore, chain_break, recovered_wheel, timer_eras
 from ..store.mappedfile import stray_after
 from ..store.store import empty_not_last
 from .commitlog import relative, stray_finding
 from .findings import Finding, error, info, warning
-from .state import dispatching_recovery, redispatch_start
 
 if TYPE_CHECKING:
-    from ..scan.timer import TimerReport
+    from ..scan.timer import Resume, TimerReport
 
 WHEEL_FILE_SIZE = fmt.WHEEL_FILE_SIZE
 
@@ -36,7 +33,7 @@ def timer_findings(store: Store, start: NextStart | None = None) -> Iterator[Fin
     if timer is None:
         return None
     yield from _load_findings(store)
-    from ..scan.timer import timer_report  # pyarrow: only where there is a timer store
+    from ..scan.timer import timer_report, timer_resume  # pyarrow: only where there is a timer store
 
     report = timer_report(store, timer)
     end = report.log_end
@@ -233,90 +230,6 @@ def _again(store: Store, report: TimerReport, resume: Resume, check: fmt.TimerCh
     n = delivered_again(store, report, resume.offset)
     why = "delivered already or still in the timer log" if resume.master else "delivered already (their slots were read)"
     return f", {n} of them {why}, which it delivers a second time" if n else ""
-
-
-class Resume(NamedTuple):
-    """Where ``TimerMessageStore.recover`` (5.0.0-5.3.3) resumes enqueuing ``rmq_sys_wheel_timer`` queue 0 (reference §9):
-    ``offset``, raised to the queue's min offset where below it, before 5.3.2's clamp to its max (rules §8.1); ``after_unit``:
-    ``reviseQueueOffset`` read the message of the timer log's last unit, the offset right after it; ``master``: timercheck's
-    ``masterTimerQueueOffset`` is lower and taken instead (``currQueueOffset = min(...)``), from further back; ``queue_end``:
-    the queue's end, if any; ``raised_from``: the offset ``offset`` replaces, below the queue's min offset; ``checked``:
-    ``config/timercheck`` exists."""
-
-    offset: int
-    after_unit: bool
-    master: bool
-    queue_end: int | None
-    raised_from: int | None = None
-    checked: bool = True
-
-    @property
-    def past_end(self) -> bool:
-        """Past the queue's end (the queue lost its tail): 5.0.0-5.3.1 wait there and never enqueue what the queue gets before
-        it reaches it; 5.3.2+ resume at the end."""
-        return self.queue_end is not None and self.offset > self.queue_end
-
-    @property
-    def requeued(self) -> bool:
-        """The enqueue goes on from the message of the log's last unit or before it, enqueuing the later ones again (a cut or
-        damaged tail's too: nothing lost)."""
-        return self.after_unit and not self.past_end
-
-
-def timer_resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None, start: NextStart | None) -> Resume:
-    """The ``Resume`` of ``TimerMessageStore.recover``: ``reviseQueueOffset`` reads the unit right before where
-    ``recoverAndRevise`` ends the log; where its message is readable, the offset after that message's queue offset (the one
-    stored in the record: it searches the queue back for it and keeps it where the queue lost it), else timercheck's
-    ``lastTimerQueueOffset``; then the lower of that and ``masterTimerQueueOffset``. Without ``config/timercheck`` both read
-    0 (``TimerCheckpoint``'s constructor reads the file only where it exists): ``master``, from 0. Below the queue's min offset
-    (``_timer_queue_range``: ``correctMinOffset`` runs in ``DefaultMessageStore.load``, before), that min:
-    ``TimerMessageStore.enqueue`` raises ``currQueueOffset`` to it before it reads (5.0.0-5.3.3; ``recover`` too, 5.3.2+)."""
-    rows, end = report.rows, report.log_end.offset
-    after_unit = bool(rows) and rows[-1]["timer_log_offset"] == end - fmt.UNIT_SIZE and rows[-1]["state"] != "lost"
-    if after_unit:
-        offset = store.commitlog.read_record(rows[-1]["offset"]).queue_offset + 1
-    else:
-        offset = check.last_timer_queue_offset if check is not None else 0
-    master_offset = check.master_timer_queue_offset if check is not None else 0
-    master = check is None or master_offset < offset
-    offset = min(offset, master_offset)
-    queue = _timer_queue_range(store, start)
-    low = queue.min_offset if queue is not None and offset < queue.min_offset else None
-    return Resume(offset if low is None else low, after_unit, master, queue.max_offset if queue is not None else None,
-                  None if low is None else offset, check is not None)
-
-
-def _timer_queue_range(store: Store, start: NextStart | None) -> QueueRange | None:
-    """``rmq_sys_wheel_timer`` queue 0's min and max offsets (``lookup.queue_range``; [0, 0] without a file; None where it
-    cannot be read) as ``TimerMessageStore.recover`` reads them: after the recovery of ``DefaultMessageStore.load``, which
-    ``BrokerController.recoverAndInitService`` runs first (5.0.0-5.3.3), on the log the next start keeps (``start``):
-    ``truncateDirtyLogicFiles`` cuts the entries at or past its end (``lookup.queue_max_after_cut``), and a recovery that
-    dispatches (``state.dispatching_recovery``: abnormal; 5.3.2+ normal, rules §2.3) appends the entries of the queue's
-    records after its last one, from where it dispatches (``state.redispatch_start``): a lost tail is rebuilt."""
-    try:
-        loaded = queue_range(store, fmt.TIMER_TOPIC, 0) or QueueRange(0, 0)
-    except (LookupError, OSError, ValueError):
-        return None
-    end = start.logical_end if start is not None else None
-    if end is None:
-        return loaded
-    top, last = loaded.max_offset, None
-    if top:
-        queue = store.consume_queue(fmt.TIMER_TOPIC, 0)
-        last = queue.read_entry(top - 1)
-        if last is not None and last.phys_offset >= end:
-            top = queue_max_after_cut(store, fmt.TIMER_TOPIC, 0, end, top - 1)
-            last = queue.read_entry(top - 1) if top else None
-    since = redispatch_start(store)[0] if dispatching_recovery(store) is not None else None  # None: the release decides
-    if since is not None:
-        from ..scan.filter import MessageFilter
-        from ..scan.messages import MessageScan
-
-        after = last.phys_offset + last.size if last is not None else store.commitlog.min_offset
-        scan = MessageScan(store, start=record_start(store.commitlog, max(since, after)), stop=end, columns=["offset"],
-                           match=MessageFilter(topics=(fmt.TIMER_TOPIC,), queue=0), check_crc=False)
-        top += sum(o >= since for batch in scan for o in batch["offset"].to_pylist())
-    return QueueRange(min(loaded.min_offset, top), top)
 
 
 def _master(resume: Resume) -> str:
