@@ -274,3 +274,41 @@ def test_repairs_table_places_consumer_offsets_against_the_queues_its_rebuild_ma
     assert run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "b").exit_code in (0, 1)
     after = json.loads(run("verify", root, "--broker-version", "4.9.7", "--format", "json").stdout)["findings"]
     assert rows(after) == rows(plan["remaining"])
+
+
+def _a_cut(root):
+    """A crash four fifths in (``_topics_a_directory_and_a_cut``'s flipped body CRC and abort file), without the directory."""
+    made = manifest("4.9.7", "config-real")
+    offset, size = made["messages"][len(made["messages"]) * 4 // 5]["commitLogOffset"], made["storeConfig"]["mappedFileSizeCommitLog"]
+    seg = root / "commitlog" / f"{offset // size * size:020d}"
+    data = bytearray(seg.read_bytes())
+    data[offset % size + BODY_CRC] ^= 0x01
+    seg.write_bytes(data)
+    (root / "abort").write_bytes(b"")
+
+
+@pytest.mark.parametrize("crash", (None, _a_cut))
+def test_repairs_table_reads_the_bak_beside_a_consumer_offsets_fifo_it_moves_out(crash, tmp_path):
+    """4.9.7 config-real's consumerOffset.json a FIFO beside its intact .bak (offsets half the file's): the broker's start hangs
+    in its load, so ``recover`` refuses and ``repair`` plans the recovery once it has moved the FIFO out; the broker then loads
+    the .bak, whose offsets verify after ``repair --yes`` places against the queues the recovery leaves (cut by a crash too),
+    as ``repair``'s "will still report" table does (``Store.moved_out``). Before: that table was empty."""
+    import json
+
+    from test_load_strays import run
+
+    def rows(found):
+        return sorted((f["kind"], f["severity"], f["file"], f["message"]) for f in found if f["severity"] != "info")
+
+    root = copy_store("4.9.7", "config-real", tmp_path)
+    if crash is not None:
+        crash(root)
+    (root / "config" / "consumerOffset.json").unlink()
+    os.mkfifo(root / "config" / "consumerOffset.json")
+    assert run("recover", root, "--broker-version", "4.9.7", "--format", "json").exit_code == 3
+    plan = json.loads(run("repair", root, "--broker-version", "4.9.7", "--format", "json").stdout)
+    assert [s["step"] for s in plan["steps"]] == ["quarantine"] and plan["recover"] is None
+    assert any(e["kind"] == "consumer-offset-range" for e in plan["remaining"])
+    assert run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "b").exit_code in (0, 1)
+    after = json.loads(run("verify", root, "--broker-version", "4.9.7", "--format", "json").stdout)["findings"]
+    assert rows(after) == rows(plan["remaining"])

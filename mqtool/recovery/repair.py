@@ -1094,6 +1094,18 @@ def _rebuild_of(store: Store, queues: Iterable[tuple[str, int]]) -> list[Plan]:
         return []
 
 
+def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep], files: Plan | None, recover: Plan,
+                   last_timestamp: int | None) -> tuple[list[RepairStep], list[Expected]]:
+    """The steps ``repair`` predicts after the file fixes (``steps``, ``files``) and the recovery ``recover`` of ``store``, from
+    verify's ``findings`` today, and what verify still reports after them (its "will still report" table)."""
+    fixed = file_fix_steps(findings, steps, files)
+    kept = predict_after_recovery(_left_by_file_fixes(store, findings, fixed, files), recover, store)
+    t = triage(kept, last_timestamp)
+    if t.queues and store.config_file("consumerOffset.json") is not None:  # the rebuild's queue ends, for the offsets' rows
+        t = triage(recovered_offset_findings(store, kept, recover, *_rebuild_of(store, t.queues)), last_timestamp)
+    return steps_of(t), t.lost
+
+
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *,
                 recover_error: str | None = None, timer_log_file_size: int | None = None, readings: set[bool] | None = None) -> RepairPlan:
     """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly, the
@@ -1110,14 +1122,8 @@ def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings:
     remaining: list[Expected] = []
     later: list[RepairStep] = []
     if findings is not None and recover is not None:
-        fixed = file_fix_steps(findings, steps, files)
-        kept = predict_after_recovery(_left_by_file_fixes(store, findings, fixed, files), recover, store)
-        t = triage(kept, last_timestamp)
-        if t.queues and store.config_file("consumerOffset.json") is not None:  # the rebuild's queue ends, for the offsets' rows
-            t = triage(recovered_offset_findings(store, kept, recover, *_rebuild_of(store, t.queues)), last_timestamp)
-        later = steps_of(t)
+        later, remaining = after_recovery(store, findings, steps, files, recover, last_timestamp)
         steps += later
-        remaining = t.lost
     elif recover_error is not None:
         notes.append(f"the broker's recovery and the steps after it are planned once the file fixes are applied ({recover_error})")
     if recover is not None and recover.lost is not None and recover.lost.lost_now:
