@@ -312,3 +312,50 @@ def test_repairs_table_reads_the_bak_beside_a_consumer_offsets_fifo_it_moves_out
     assert run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "b").exit_code in (0, 1)
     after = json.loads(run("verify", root, "--broker-version", "4.9.7", "--format", "json").stdout)["findings"]
     assert rows(after) == rows(plan["remaining"])
+
+
+@pytest.mark.parametrize("version", ("4.9.7", "5.3.3", "4.4.0", "3.2.6"))
+@pytest.mark.parametrize("lose", ("folder", "entries"))
+def test_repairs_table_places_consumer_offsets_against_the_rebuild_after_a_crash(version, lose, tmp_path):
+    """A crashed store (``crashed-small``: abort file) whose checkpoint is later than every record, so the abnormal recovery
+    scans the last segment alone, with a body CRC flipped there (the recovery cuts at it), TopicTest/1's consume queue lost
+    (its folder) or cut to 10 entries, and a consumerOffset.json committing every queue's message count: ``repair`` rebuilds
+    TopicTest/1 after the recovery, and its table places the offsets against the queues the recovery cuts and the rebuild
+    ends at the cut, as verify reports them after ``repair --yes``."""
+    import json
+    from collections import Counter
+
+    from test_load_strays import run
+
+    def rows(found):
+        return sorted((f["kind"], f["severity"], f["file"], f["message"]) for f in found if f["severity"] != "info")
+
+    made = manifest(version, "crashed-small")
+    root = copy_store(version, "crashed-small", tmp_path)
+    counts = Counter((m["topic"], m["queueId"]) for m in made["messages"])
+    table = {}
+    for (topic, queue_id), n in counts.items():
+        table.setdefault(f"{topic}@oracle_cg", {})[queue_id] = n
+    (root / "config").mkdir(exist_ok=True)
+    (root / "config" / "consumerOffset.json").write_text(json.dumps({"offsetTable": table}))
+    later = max(m["storeTimestamp"] for m in made["messages"]) + 10_000
+    cp = cpfmt.decode_checkpoint((root / "checkpoint").read_bytes())
+    (root / "checkpoint").write_bytes(cpfmt.encode_checkpoint(cp._replace(physic_msg_timestamp=later, logics_msg_timestamp=later)))
+    offset, size = made["messages"][len(made["messages"]) * 19 // 20]["commitLogOffset"], made["storeConfig"]["mappedFileSizeCommitLog"]
+    seg = root / "commitlog" / f"{offset // size * size:020d}"
+    data = bytearray(seg.read_bytes())
+    data[offset % size + BODY_CRC] ^= 0x01
+    seg.write_bytes(data)
+    queue = root / "consumequeue" / "TopicTest" / "1"
+    if lose == "folder":
+        shutil.rmtree(queue)
+    else:
+        first = queue / f"{0:020d}"
+        first.write_bytes(first.read_bytes()[:10 * 20])
+    plan = json.loads(run("repair", root, "--broker-version", version, "--format", "json").stdout)
+    assert [s["step"] for s in plan["steps"]][:2] == ["recover", "rebuild-cq"]
+    assert plan["recover"]["commitlog"]["valid_end"] == offset
+    assert any(" on TopicTest/1 " in e["message"] for e in plan["remaining"] if e["kind"] == "consumer-offset-range")
+    assert run("repair", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "b").exit_code in (0, 1)
+    after = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)["findings"]
+    assert rows(after) == rows(plan["remaining"])
