@@ -351,12 +351,13 @@ def _index_strays(root: Path, store: Store | None, quarantine) -> None:
     eras = store.version_guess.eras if store is not None else ERAS
     for entry, file_size, later in index_strays(root / "index"):
         effects = stray_effects(eras, entry, file_size, later, INDEX_SERVICE)
+        creator = f" ({entry.creator})" if entry.creator is not None else ""
         if CREATED in effects:
-            quarantine(entry.path, f"{entry.what}, not an index file: IndexService.load creates the file it points to and loads it as an "
-                                   "empty index file (the last one takes new index entries); moved into the backup as it is")
+            quarantine(entry.path, f"{entry.what}, not an index file: IndexService.load creates the file it points to{creator} and loads it as "
+                                   "an empty index file (the last one takes new index entries); moved into the backup as it is")
         elif stray_differs(effects):
-            quarantine(entry.path, f"{entry.what}, not an index file: IndexService.load cannot map it and stops there (5.1.0+ refuse to start, "
-                                   "earlier releases leave the later index files out); moved into the backup as it is")
+            quarantine(entry.path, f"{entry.what}, not an index file: IndexService.load cannot map it{creator} and stops there (5.1.0+ refuse "
+                                   "to start, earlier releases leave the later index files out); moved into the backup as it is")
 
 
 def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, resize,
