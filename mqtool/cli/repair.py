@@ -566,7 +566,7 @@ def _with_remaining_after_moves(plan, root: Path, broker_config, broker_version)
     """A plan whose recovery waits for the file fixes (the broker refuses to start before them), with the "will still report"
     table predicted where they move out config files and the broker then starts: on the store read as once they are moved
     (``Store.moved_out``; a FIFO's ``.bak`` then loaded), its recovery and later steps as ``plan_repair``'s
-    (``after_recovery``); unchanged where it still refuses."""
+    (``after_recovery``); unchanged where it still refuses or the recovery is not planned."""
     rp = repair_planner()
     moved = frozenset(a.path for a in plan.files.actions if a.op == "quarantine" and a.path.startswith("config/"))
     if not moved:
@@ -581,7 +581,7 @@ def _with_remaining_after_moves(plan, root: Path, broker_config, broker_version)
             recover_plan = planners().plan_recover(opened)
             findings, run = rp.verify_findings(opened)
             _, remaining = rp.after_recovery(opened, findings, list(plan.steps), plan.files, recover_plan, run.last_timestamp)
-    except BadInput:
+    except (BadInput, Refused):  # still refused, or the recovery not planned (an undecided version): nothing predicted
         return plan
     return dataclasses.replace(plan, remaining=tuple(remaining))
 
