@@ -568,7 +568,7 @@ def _with_remaining_after_moves(plan, root: Path, broker_config, broker_version)
     (``Store.moved_out``; a FIFO's ``.bak`` then loaded), its recovery and later steps as ``plan_repair``'s
     (``after_recovery``); unchanged where it still refuses or the recovery is not planned."""
     rp = repair_planner()
-    moved = frozenset(a.path for a in plan.files.actions if a.op == "quarantine" and a.path.startswith("config/"))
+    moved = frozenset(a.path for a in (plan.files.actions if plan.files else ()) if a.op == "quarantine" and a.path.startswith("config/"))
     if not moved:
         return plan
     from ..recovery.planparts import unloadable_files, unwritable_checkpoint
