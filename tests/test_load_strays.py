@@ -1098,6 +1098,37 @@ def test_a_dangling_index_symlink_whose_target_the_broker_creates(tmp_path, vers
     assert ("refuses to start: index/1: a dangling symlink" in line) == (version == "5.3.3") and "creates" not in line
 
 
+def test_whether_the_start_creates_a_dangling_index_links_target_is_judged_for_the_stores_owner(tmp_path):
+    """mqtool runs as root, the broker as the store's owner: whether 5.3.3's ``IndexService.load`` (``RandomAccessFile(file,
+    "rw")``) creates the target of a dangling ``index/`` link is judged for the owner of the store directory (its uid and
+    groups against the target folder's mode bits), and the plans say which user was assumed. Before: for mqtool's own user,
+    so a folder root may write in and the owner may not was taken as created: ``recover`` refused with "creates" and
+    ``repair``'s step said so, where the broker's open throws and 5.3.3 refuses to start on it. (A tmp_path is named after the test,
+    so "load creates" is looked for.)"""
+    assert os.geteuid() == 0, "chown to another uid needs root"
+    owner = 54321  # no user of this machine: its group alone is taken
+    root = copy_store("5.3.3", "clean-small", tmp_path)
+    mount = tmp_path / "mnt"
+    mount.mkdir(mode=0o755)  # root's: the owner may search it, not write in it
+    os.symlink(mount / "1", root / "index" / "1")
+    os.chown(root, owner, owner)
+    who = f"the broker, taken to run as the store's owner (uid {owner}, gid {owner})"
+    line = json.loads(run("verify", root, "--broker-version", "5.3.3", "--format", "json").stdout)["summary"]["next_start"]["line"]
+    assert line.startswith(f"the broker's next start refuses to start: index/1: a dangling symlink to {mount / '1'}") and "load creates" not in line
+    assert run("recover", root, "--broker-version", "5.3.3").exit_code == EXIT_REFUSED
+    plan = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
+    [step] = [s for s in plan["steps"] if s["step"] == "quarantine"]
+    assert step["paths"] == ["index/1"] and f"cannot map it ({who}, cannot write in {mount})" in step["why"]
+    os.chown(mount, owner, owner)  # now the owner's: its start creates the target
+    refused = run("recover", root, "--broker-version", "5.3.3")
+    assert refused.exit_code == EXIT_BAD_INPUT and f"creates as an empty index file ({who}, can write in {mount})" in refused.stderr
+    plan = json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)
+    [step] = [s for s in plan["steps"] if s["step"] == "quarantine"]
+    assert f"creates the file it points to ({who}, can write in {mount})" in step["why"]
+    mount.chmod(0o555)  # the owner's, not writable by it (root still may)
+    assert "load creates" not in json.loads(run("verify", root, "--broker-version", "5.3.3", "--format", "json").stdout)["summary"]["next_start"]["line"]
+
+
 @pytest.mark.parametrize("version, fixture, refuses", [("5.3.3", ("5.3.3", "crashed-small"), True), ("4.9.7", ("4.9.7", "crashed-small"), False)])
 def test_rebuild_index_says_the_start_still_refuses_on_an_index_entry_it_leaves(version, fixture, refuses, tmp_path):
     """A dangling ``index/`` link into a folder that is not there: 5.1.0+ ``DefaultMessageStore.load`` refuses to start on

@@ -274,3 +274,88 @@ def test_repairs_table_places_consumer_offsets_against_the_queues_its_rebuild_ma
     assert run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "b").exit_code in (0, 1)
     after = json.loads(run("verify", root, "--broker-version", "4.9.7", "--format", "json").stdout)["findings"]
     assert rows(after) == rows(plan["remaining"])
+
+
+def _a_cut(root):
+    """A crash four fifths in (``_topics_a_directory_and_a_cut``'s flipped body CRC and abort file), without the directory."""
+    made = manifest("4.9.7", "config-real")
+    offset, size = made["messages"][len(made["messages"]) * 4 // 5]["commitLogOffset"], made["storeConfig"]["mappedFileSizeCommitLog"]
+    seg = root / "commitlog" / f"{offset // size * size:020d}"
+    data = bytearray(seg.read_bytes())
+    data[offset % size + BODY_CRC] ^= 0x01
+    seg.write_bytes(data)
+    (root / "abort").write_bytes(b"")
+
+
+@pytest.mark.parametrize("crash", (None, _a_cut))
+def test_repairs_table_reads_the_bak_beside_a_consumer_offsets_fifo_it_moves_out(crash, tmp_path):
+    """4.9.7 config-real's consumerOffset.json a FIFO beside its intact .bak (offsets half the file's): the broker's start hangs
+    in its load, so ``recover`` refuses and ``repair`` plans the recovery once it has moved the FIFO out; the broker then loads
+    the .bak, whose offsets verify after ``repair --yes`` places against the queues the recovery leaves (cut by a crash too),
+    as ``repair``'s "will still report" table does (``Store.moved_out``). Before: that table was empty."""
+    import json
+
+    from test_load_strays import run
+
+    def rows(found):
+        return sorted((f["kind"], f["severity"], f["file"], f["message"]) for f in found if f["severity"] != "info")
+
+    root = copy_store("4.9.7", "config-real", tmp_path)
+    if crash is not None:
+        crash(root)
+    (root / "config" / "consumerOffset.json").unlink()
+    os.mkfifo(root / "config" / "consumerOffset.json")
+    assert run("recover", root, "--broker-version", "4.9.7", "--format", "json").exit_code == 3
+    plan = json.loads(run("repair", root, "--broker-version", "4.9.7", "--format", "json").stdout)
+    assert [s["step"] for s in plan["steps"]] == ["quarantine"] and plan["recover"] is None
+    assert any(e["kind"] == "consumer-offset-range" for e in plan["remaining"])
+    assert run("repair", root, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "b").exit_code in (0, 1)
+    after = json.loads(run("verify", root, "--broker-version", "4.9.7", "--format", "json").stdout)["findings"]
+    assert rows(after) == rows(plan["remaining"])
+
+
+@pytest.mark.parametrize("version", ("4.9.7", "5.3.3", "4.4.0", "3.2.6"))
+@pytest.mark.parametrize("lose", ("folder", "entries"))
+def test_repairs_table_places_consumer_offsets_against_the_rebuild_after_a_crash(version, lose, tmp_path):
+    """A crashed store (``crashed-small``: abort file) whose checkpoint is later than every record, so the abnormal recovery
+    scans the last segment alone, with a body CRC flipped there (the recovery cuts at it), TopicTest/1's consume queue lost
+    (its folder) or cut to 10 entries, and a consumerOffset.json committing every queue's message count: ``repair`` rebuilds
+    TopicTest/1 after the recovery, and its table places the offsets against the queues the recovery cuts and the rebuild
+    ends at the cut, as verify reports them after ``repair --yes``."""
+    import json
+    from collections import Counter
+
+    from test_load_strays import run
+
+    def rows(found):
+        return sorted((f["kind"], f["severity"], f["file"], f["message"]) for f in found if f["severity"] != "info")
+
+    made = manifest(version, "crashed-small")
+    root = copy_store(version, "crashed-small", tmp_path)
+    counts = Counter((m["topic"], m["queueId"]) for m in made["messages"])
+    table = {}
+    for (topic, queue_id), n in counts.items():
+        table.setdefault(f"{topic}@oracle_cg", {})[queue_id] = n
+    (root / "config").mkdir(exist_ok=True)
+    (root / "config" / "consumerOffset.json").write_text(json.dumps({"offsetTable": table}))
+    later = max(m["storeTimestamp"] for m in made["messages"]) + 10_000
+    cp = cpfmt.decode_checkpoint((root / "checkpoint").read_bytes())
+    (root / "checkpoint").write_bytes(cpfmt.encode_checkpoint(cp._replace(physic_msg_timestamp=later, logics_msg_timestamp=later)))
+    offset, size = made["messages"][len(made["messages"]) * 19 // 20]["commitLogOffset"], made["storeConfig"]["mappedFileSizeCommitLog"]
+    seg = root / "commitlog" / f"{offset // size * size:020d}"
+    data = bytearray(seg.read_bytes())
+    data[offset % size + BODY_CRC] ^= 0x01
+    seg.write_bytes(data)
+    queue = root / "consumequeue" / "TopicTest" / "1"
+    if lose == "folder":
+        shutil.rmtree(queue)
+    else:
+        first = queue / f"{0:020d}"
+        first.write_bytes(first.read_bytes()[:10 * 20])
+    plan = json.loads(run("repair", root, "--broker-version", version, "--format", "json").stdout)
+    assert [s["step"] for s in plan["steps"]][:2] == ["recover", "rebuild-cq"]
+    assert plan["recover"]["commitlog"]["valid_end"] == offset
+    assert any(" on TopicTest/1 " in e["message"] for e in plan["remaining"] if e["kind"] == "consumer-offset-range")
+    assert run("repair", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "b").exit_code in (0, 1)
+    after = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)["findings"]
+    assert rows(after) == rows(plan["remaining"])

@@ -554,11 +554,36 @@ def _plan_repair(root: Path, broker_config, broker_version):
     except BadInput as exc:
         if not file_steps:
             raise
-        return rp.plan_repair(None, root, None, None, None, recover_error=str(exc), timer_log_file_size=timer_size, readings=readings)
+        plan = rp.plan_repair(None, root, None, None, None, recover_error=str(exc), timer_log_file_size=timer_size, readings=readings)
+        return _with_remaining_after_moves(plan, root, broker_config, broker_version)
     with opened:
         recover_plan = planners().plan_recover(opened)
         findings, run = rp.verify_findings(opened)
         return rp.plan_repair(opened, root, recover_plan, findings, run.last_timestamp)
+
+
+def _with_remaining_after_moves(plan, root: Path, broker_config, broker_version):
+    """A plan whose recovery waits for the file fixes (the broker refuses to start before them), with the "will still report"
+    table predicted where they move out config files and the broker then starts: on the store read as once they are moved
+    (``Store.moved_out``; a FIFO's ``.bak`` then loaded), its recovery and later steps as ``plan_repair``'s
+    (``after_recovery``); unchanged where it still refuses or the recovery is not planned."""
+    rp = repair_planner()
+    moved = frozenset(a.path for a in (plan.files.actions if plan.files else ()) if a.op == "quarantine" and a.path.startswith("config/"))
+    if not moved:
+        return plan
+    from ..recovery.planparts import unloadable_files, unwritable_checkpoint
+
+    try:
+        with open_store(root, broker_config, broker_version) as opened:
+            opened.moved_out = moved
+            unloadable_files(opened)
+            unwritable_checkpoint(opened)
+            recover_plan = planners().plan_recover(opened)
+            findings, run = rp.verify_findings(opened)
+            _, remaining = rp.after_recovery(opened, findings, list(plan.steps), plan.files, recover_plan, run.last_timestamp)
+    except (BadInput, Refused):  # still refused, or the recovery not planned (an undecided version): nothing predicted
+        return plan
+    return dataclasses.replace(plan, remaining=tuple(remaining))
 
 
 @modifying("rebuild-cq")

@@ -68,8 +68,8 @@ def unloadable_files(store: Store) -> None:
         raise Refused(unmounted)
     if (created := created_link(store)) is not None:
         raise BadStoreFile(f"{created.path.relative_to(store.root)}: {created.what}, whose target the broker's start creates as an empty "
-                           "index file and loads (its last index file then takes the recovery's index entries), so no recovery of its is "
-                           "planned here; `mqtool repair` moves the link out first (or mount the disk it points into)")
+                           f"index file ({created.creator}) and loads (its last index file then takes the recovery's index entries), so no "
+                           "recovery of its is planned here; `mqtool repair` moves the link out first (or mount the disk it points into)")
     why = log_refusal(store)
     configured = store.config.commitlog_file_size
     found = sorted({p.found for p in store.problems if p.kind == SEGMENT_SIZE})

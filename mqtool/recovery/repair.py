@@ -351,12 +351,13 @@ def _index_strays(root: Path, store: Store | None, quarantine) -> None:
     eras = store.version_guess.eras if store is not None else ERAS
     for entry, file_size, later in index_strays(root / "index"):
         effects = stray_effects(eras, entry, file_size, later, INDEX_SERVICE)
+        creator = f" ({entry.creator})" if entry.creator is not None else ""
         if CREATED in effects:
-            quarantine(entry.path, f"{entry.what}, not an index file: IndexService.load creates the file it points to and loads it as an "
-                                   "empty index file (the last one takes new index entries); moved into the backup as it is")
+            quarantine(entry.path, f"{entry.what}, not an index file: IndexService.load creates the file it points to{creator} and loads it as "
+                                   "an empty index file (the last one takes new index entries); moved into the backup as it is")
         elif stray_differs(effects):
-            quarantine(entry.path, f"{entry.what}, not an index file: IndexService.load cannot map it and stops there (5.1.0+ refuse to start, "
-                                   "earlier releases leave the later index files out); moved into the backup as it is")
+            quarantine(entry.path, f"{entry.what}, not an index file: IndexService.load cannot map it{creator} and stops there (5.1.0+ refuse "
+                                   "to start, earlier releases leave the later index files out); moved into the backup as it is")
 
 
 def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, resize,
@@ -1094,6 +1095,18 @@ def _rebuild_of(store: Store, queues: Iterable[tuple[str, int]]) -> list[Plan]:
         return []
 
 
+def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep], files: Plan | None, recover: Plan,
+                   last_timestamp: int | None) -> tuple[list[RepairStep], list[Expected]]:
+    """The steps ``repair`` predicts after the file fixes (``steps``, ``files``) and the recovery ``recover`` of ``store``, from
+    verify's ``findings`` today, and what verify still reports after them (its "will still report" table)."""
+    fixed = file_fix_steps(findings, steps, files)
+    kept = predict_after_recovery(_left_by_file_fixes(store, findings, fixed, files), recover, store)
+    t = triage(kept, last_timestamp)
+    if t.queues and store.config_file("consumerOffset.json") is not None:  # the rebuild's queue ends, for the offsets' rows
+        t = triage(recovered_offset_findings(store, kept, recover, *_rebuild_of(store, t.queues)), last_timestamp)
+    return steps_of(t), t.lost
+
+
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *,
                 recover_error: str | None = None, timer_log_file_size: int | None = None, readings: set[bool] | None = None) -> RepairPlan:
     """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly, the
@@ -1110,14 +1123,8 @@ def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings:
     remaining: list[Expected] = []
     later: list[RepairStep] = []
     if findings is not None and recover is not None:
-        fixed = file_fix_steps(findings, steps, files)
-        kept = predict_after_recovery(_left_by_file_fixes(store, findings, fixed, files), recover, store)
-        t = triage(kept, last_timestamp)
-        if t.queues and store.config_file("consumerOffset.json") is not None:  # the rebuild's queue ends, for the offsets' rows
-            t = triage(recovered_offset_findings(store, kept, recover, *_rebuild_of(store, t.queues)), last_timestamp)
-        later = steps_of(t)
+        later, remaining = after_recovery(store, findings, steps, files, recover, last_timestamp)
         steps += later
-        remaining = t.lost
     elif recover_error is not None:
         notes.append(f"the broker's recovery and the steps after it are planned once the file fixes are applied ({recover_error})")
     if recover is not None and recover.lost is not None and recover.lost.lost_now:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import pwd
 import re
 from collections import Counter
 from contextlib import contextmanager
@@ -148,6 +149,15 @@ class StrayEntry:
         return created_through(self.path)
 
     @property
+    def creator(self) -> str | None:
+        """Who ``IndexService.load``'s open of this entry is taken to run as and whether they can create its target
+        (``link_creator``), in words; None: no dangling symlink, or one into a directory that is not there."""
+        if self.target is None or not os.path.isdir(folder := os.path.dirname(os.path.realpath(self.path))):
+            return None
+        who, can = link_creator(self.path)
+        return f"the broker, taken to run as {who}, {'can' if can else 'cannot'} write in {folder}"
+
+    @property
     def unmounted(self) -> str | None:
         """Why no mqtool command may move this entry out (``UNMOUNTED``), or None: a dangling symlink named as a file of
         its folder, a file whose bytes may be on a disk not mounted."""
@@ -170,10 +180,32 @@ def created_through(path: Path) -> str | None:
     """The path ``new RandomAccessFile(file, "rw")`` creates through ``path``, a dangling symlink whose target's directory
     is there (its ``open`` with ``O_CREAT`` follows the link; ``MappedFile.init``'s ``map`` then grows it to the file size),
     or None: no dangling symlink, or one whose target's directory is missing (a disk not mounted below it), where that
-    open throws ``FileNotFoundException``, or one mqtool's user cannot write in (taken as the broker's user: it throws too)."""
+    open throws ``FileNotFoundException``, or one the broker's user cannot write in (``link_creator``: it throws too)."""
     real = os.path.realpath(path)
-    creates = os.path.islink(path) and not os.path.lexists(real) and os.path.isdir(parent := os.path.dirname(real))
-    return real if creates and os.access(parent, os.W_OK) else None
+    creates = os.path.islink(path) and not os.path.lexists(real) and os.path.isdir(os.path.dirname(real))
+    return real if creates and link_creator(path)[1] else None
+
+
+def link_creator(path: Path) -> tuple[str, bool]:
+    """(who, whether they can create a file in its target's directory) for ``path``, a dangling symlink in a folder of the
+    store (``index/``) whose target's directory is there. The broker is taken to run as the store directory's owner (mqtool
+    often runs as root, the broker as a user of its own): ``os.access`` where that is mqtool's own user, else the directory's
+    mode bits for that uid and its groups (write and search) on a mount that is not read-only."""
+    owner, folder = os.stat(path.parent.parent), os.path.dirname(os.path.realpath(path))
+    who = f"the store's owner (uid {owner.st_uid}, gid {owner.st_gid})"
+    if owner.st_uid == os.geteuid():
+        return who, os.access(folder, os.W_OK | os.X_OK)
+    if os.statvfs(folder).f_flag & os.ST_RDONLY:
+        return who, False
+    if owner.st_uid == 0:
+        return who, True
+    try:
+        groups = set(os.getgrouplist(pwd.getpwuid(owner.st_uid).pw_name, owner.st_gid))
+    except KeyError:  # no such user here (the store of another machine): its group alone
+        groups = {owner.st_gid}
+    st = os.stat(folder)
+    bits = st.st_mode >> 6 if st.st_uid == owner.st_uid else st.st_mode >> 3 if st.st_gid in groups else st.st_mode
+    return who, bits & 0o3 == 0o3
 
 
 # what ``MappedFileQueue.doLoad`` does with an entry (``load_effect``); CREATED: what ``IndexService.load`` does with a

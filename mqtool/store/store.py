@@ -195,6 +195,7 @@ class Store:
     _version: BrokerVersion | None = None
     walked_ends: dict[int, tuple] = field(default_factory=dict, repr=False)  # ``nextstart.ends_before``'s walks: start -> (stop, end)
     _config_parses: dict[str, tuple] = field(default_factory=dict, repr=False)  # load_config's: "config/<file>" -> (bytes, parse or error)
+    moved_out: frozenset[str] = frozenset()  # the "config/<file>"s every ``load_config`` reads as missing (``repair``'s prediction)
 
     # ---- opening --------------------------------------------------------------------------
 
@@ -578,9 +579,9 @@ class Store:
         (``verify`` asks for ``consumerOffset.json`` three times): the bytes read are the key, so a Store that outlives a
         rewrite (``restore-config``, ``repair``, ``restore``) reads the new content whatever its size and times say.
         ``by_chars``: read as 3.2.6's and 4.0.0's ``file2String`` does (None: as the store's release, ``Store.rules``);
-        ``without``: as ``load_config``'s."""
+        ``without``: as ``load_config``'s, with ``moved_out`` (the files ``repair``'s file fixes move out, read as once they have)."""
         by_chars = self.rules.reads_config_by_chars if by_chars is None else by_chars
-        return load_config(self.root, name, self._config_parses, by_chars, without)
+        return load_config(self.root, name, self._config_parses, by_chars, without | self.moved_out)
 
     def config_file(self, name: str) -> dict | None:
         """``load_config``'s document, as the store's release reads it, or None."""
