@@ -151,6 +151,29 @@ def test_one_stage_restored_alone_before_the_later_one_is_refused_naming_it(repa
     assert snapshot(store) == before
 
 
+def test_restore_before_a_later_apply_backed_up_elsewhere_is_refused(tmp_path):
+    """``recover --yes`` (backup in the default folder), then ``rebuild-index --yes --backup-dir`` elsewhere, which
+    deletes the index file the recover created and writes another. Before: ``restore`` of the recover backup took
+    the created file, now absent, for "as the apply found it", exit 0, and left the rebuild's index file beside the
+    restored one (the store not given back). Now refused (exit 4) naming that file and the way on, the store
+    untouched; restored newest first, the store comes back byte for byte."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    before = snapshot(store)
+    assert run("recover", store, "--yes").exit_code == EXIT_OK
+    (recovered,) = (tmp_path / ".mqtool-backups").iterdir()
+    (created,) = BackupSet.open(recovered).summary()["created"]
+    assert run("rebuild-index", store, "--yes", "--backup-dir", tmp_path / "elsewhere").exit_code == EXIT_OK
+    assert not (store / created).exists()
+    after = snapshot(store)
+    result = run("restore", recovered, "--yes")
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == EXIT_REFUSED and f"({created})" in said and "restore that backup first" in said, result.stderr
+    assert snapshot(store) == after
+    for backup in (tmp_path / "elsewhere", recovered):
+        assert run("restore", backup, "--yes").exit_code == EXIT_OK
+    assert snapshot(store) == before
+
+
 class Killed(BaseException):
     pass
 

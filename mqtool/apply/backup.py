@@ -357,8 +357,10 @@ class BackupSet:
         return out
 
     def changed_since_apply(self) -> list[str]:
-        """Touched files that hold neither what the apply left nor what it found (an unfinished apply: the
-        files its done steps left for good), and the ``lock`` file if it was written since the apply began."""
+        """Touched files that hold neither what the apply left nor, once a restore of it began (one cut short), what it
+        found (an unfinished apply: the files its done steps left for good), and the ``lock`` file if it was written since
+        the apply began. Before a restore began, a file back as the apply found it was put so by someone else: a file it
+        created deleted since by a later apply whose backup is elsewhere (``later_backups`` does not see it)."""
         events = self.journal.events()
         after = self.manifest.get("after") or {}
         if not self.manifest.get("complete"):
@@ -369,7 +371,7 @@ class BackupSet:
         changed = [LOCK_FILE] if lock is not None and LOCK_FILE not in after and self.state_of(LOCK_FILE) != lock["state"] else []
         for rel, state in after.items():
             now = self.state_of(rel)
-            if now == state or (rel in before and now == before[rel]) or (started and self._ranges_put_back(rel, before.get(rel), now)):
+            if now == state or (started and ((rel in before and now == before[rel]) or self._ranges_put_back(rel, before.get(rel), now))):
                 continue
             changed.append(rel)
         return changed
@@ -642,7 +644,7 @@ def refuse_changed(changed: list[str]) -> None:
         shown = ", ".join(named[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
         raise Refused(
             f"{len(changed)} file(s) changed after the repair by something other than mqtool ({shown}); restoring would discard those changes: "
-            "pass --force to restore anyway"
+            "if a later mqtool command whose backup is in another folder made them, restore that backup first; else pass --force to restore anyway"
         )
 
 
