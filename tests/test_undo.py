@@ -174,6 +174,28 @@ def test_restore_before_a_later_apply_backed_up_elsewhere_is_refused(tmp_path):
     assert snapshot(store) == before
 
 
+def test_a_backup_that_lost_a_kept_file_is_refused_before_any_stage_is_restored(repaired):
+    """A copy in the first stage's backup deleted since (a clean-up of the backups folder). Before: the restore put back
+    the last stage, then stopped at the missing copy with "fix this and run the restore again", which no run could do:
+    the store left half restored. Now refused (exit 3) naming the file, nothing restored; with the copy back, restored."""
+    store, backup, before = repaired
+    first = BackupSet.open(backup / "01-recover")
+    kept = first.summary()["files"][0]
+    copy = first.file_copy(kept)
+    saved = copy.read_bytes()
+    copy.unlink()
+    after = snapshot(store)
+    result = run("restore", backup, "--yes")
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == EXIT_BAD_INPUT and f"no longer holds what it kept of 1 file(s) ({kept})" in said, result.stderr
+    assert snapshot(store) == after and read_pending(store) is None
+    copy.write_bytes(saved[:-1])  # cut: refused as well
+    assert run("restore", backup, "--yes").exit_code == EXIT_BAD_INPUT and snapshot(store) == after
+    copy.write_bytes(saved)
+    assert run("restore", backup, "--yes").exit_code == EXIT_OK
+    assert snapshot(store) == before
+
+
 class Killed(BaseException):
     pass
 

@@ -376,6 +376,24 @@ class BackupSet:
             changed.append(rel)
         return changed
 
+    def missing_copies(self) -> list[str]:
+        """The store paths whose kept bytes this backup no longer holds (a copy deleted or cut since, a moved entry gone
+        from both places): ``restore`` would stop at the first, the store half put back, and no run could finish it."""
+        missing = []
+        for ev in self.journal.events():
+            kind, rel = ev.get("ev"), ev.get("path")
+            if kind == "backup-file":
+                with contextlib.suppress(OSError):
+                    if (size := self.file_copy(rel).stat().st_size) == ev.get("size", size):
+                        continue
+            elif kind == "backup-range":
+                if self.range_copy(rel, ev["start"], ev["end"]).is_file():
+                    continue
+            elif kind != "move-entry" or os.path.lexists(self.moved_copy(rel)) or os.path.lexists(self.store_root / rel):
+                continue
+            missing.append(rel)
+        return list(dict.fromkeys(missing))
+
     def _ranges_put_back(self, rel: str, before: list[int] | None, now: list[int] | None) -> bool:
         """A file only ranges of which were backed up holds them again (a restore stopped before the mtime)."""
         ranges = [(s, e) for p, s, e in self._ranges if p == rel]
@@ -644,8 +662,18 @@ def refuse_changed(changed: list[str]) -> None:
         shown = ", ".join(named[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
         raise Refused(
             f"{len(changed)} file(s) changed after the repair by something other than mqtool ({shown}); restoring would discard those changes: "
-            "if a later mqtool command whose backup is in another folder made them, restore that backup first; else pass --force to restore anyway"
+            "if a later mqtool command whose backup is in another folder made them, restore that backup first; "
+            "else pass --force to restore anyway"
         )
+
+
+def refuse_incomplete(backups: list[BackupSet]) -> None:
+    """Before any change: a backup that lost kept bytes (``missing_copies``) cannot give the store back."""
+    for backup in backups:
+        if missing := ([] if backup.restored else backup.missing_copies()):
+            shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+            raise BadInput(f"{backup.dir}: the backup no longer holds what it kept of {len(missing)} file(s) ({shown}): deleted or cut "
+                           "since it was made; nothing was restored by this run: put the backup's files back and run the restore again")
 
 
 def unfinished_restore_line(pending: Path) -> str:
@@ -662,6 +690,7 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     root = backup.store_root
     if not root.is_dir():
         raise BadInput(f"{root}: the store this backup belongs to does not exist")
+    refuse_incomplete([backup])
     if not force and not backup.restored:
         refuse_changed(backup.changed_since_apply())
     pending = read_pending(root)

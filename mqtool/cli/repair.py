@@ -20,7 +20,7 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, newest_first, refuse_changed, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
+from ..apply.backup import REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, newest_first, refuse_changed, refuse_incomplete, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
 from ..apply.backup import BACKUPS_DIR
 from ..apply.heap import release_free_heap
 from ..fileops import TMP_SUFFIX, write_atomic
@@ -692,7 +692,9 @@ def restore_cmd(
         return
     stages = repair_stages(backup)
     if stages:
-        if yes and not force:  # checked for every stage first: a refusal leaves every stage applied
+        if yes:  # checked for every stage first: a refusal leaves every stage applied
+            refuse_incomplete([BackupSet.open(stage) for stage in stages])
+        if yes and not force:
             _refuse_before_later_backups(backup)
             refuse_changed(changed_by_others([BackupSet.open(stage) for stage in stages]))
         for stage in reversed(stages):  # `repair` wrote one backup set per stage
