@@ -660,10 +660,10 @@ def refuse_changed(changed: list[str]) -> None:
     if changed:
         named = [f"{rel} (written by every broker start)" if rel == LOCK_FILE else rel for rel in changed]
         shown = ", ".join(named[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        later = "" if LOCK_FILE in changed else "if a later mqtool command whose backup is in another folder made them, restore that backup first; else "
         raise Refused(
             f"{len(changed)} file(s) changed after the repair by something other than mqtool ({shown}); restoring would discard those changes: "
-            "if a later mqtool command whose backup is in another folder made them, restore that backup first; "
-            "else pass --force to restore anyway"
+            f"{later}pass --force to restore anyway"
         )
 
 
