@@ -196,6 +196,21 @@ def test_a_backup_that_lost_a_kept_file_is_refused_before_any_stage_is_restored(
     assert snapshot(store) == before
 
 
+def test_repair_into_an_earlier_repairs_backup_dir_is_refused(repaired):
+    """``repair --yes --backup-dir B`` where B holds an earlier, finished repair's stages (restored here, so there is
+    again something to repair). Before: applied, its stages numbered after the earlier ones, and said "(after the 2
+    the stopped run applied)" though no run had stopped. Now refused as every command's non-empty --backup-dir is
+    (exit 3), nothing changed; a new directory works."""
+    store, backup, before = repaired
+    assert run("restore", backup, "--yes").exit_code == EXIT_OK
+    result = run("repair", store, "--yes", "--backup-dir", backup)
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == EXIT_BAD_INPUT and "backup directory exists and is not empty; nothing was changed" in said, result.stderr
+    assert snapshot(store) == before and sorted(p.name for p in backup.iterdir()) == ["01-recover", "02-rebuild-cq"]
+    again = run("repair", store, "--yes", "--backup-dir", backup.parent / "new")
+    assert again.exit_code == EXIT_OK and "stopped run" not in again.stderr, again.stderr
+
+
 class Killed(BaseException):
     pass
 

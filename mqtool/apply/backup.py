@@ -123,7 +123,7 @@ class BackupSet:
     def create(cls, directory: Path, store_root: Path, plan_doc: dict) -> "BackupSet":
         directory = Path(directory)
         if directory.exists() and any(directory.iterdir()) and not cls.unused(directory):
-            raise BadInput(f"{directory}: backup directory exists and is not empty")
+            raise BadInput(f"{directory}: backup directory exists and is not empty; nothing was changed: give a new or empty --backup-dir")
         made = makedirs(directory)
         manifest = {
             "format": BACKUP_FORMAT,

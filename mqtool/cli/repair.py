@@ -381,8 +381,11 @@ def repair(
 
 
 def _repair_target(root: Path, backup_dir: Path | None, stopped) -> Path:
-    """The stages' backup directory: a stopped repair's own (one restore undoes it all), else ``--backup-dir`` or the default."""
+    """The stages' backup directory: a stopped repair's own (one restore undoes it all), else ``--backup-dir`` (new or
+    empty, as every command's: an earlier repair's stages there would be taken for a stopped run's) or the default."""
     if stopped is None:
+        if backup_dir is not None and backup_dir.is_dir() and any(backup_dir.iterdir()) and not _never_begun(backup_dir):
+            raise BadInput(f"{backup_dir}: backup directory exists and is not empty; nothing was changed: give a new or empty --backup-dir")
         return backup_dir or default_backup_dir(root, "repair")
     if backup_dir is not None and backup_dir.resolve() != stopped.backup.resolve():
         raise Refused(f"the stopped repair's stages are in {stopped.backup}: its next stages go there too (give no --backup-dir), "
