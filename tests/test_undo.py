@@ -211,6 +211,20 @@ def test_repair_into_an_earlier_repairs_backup_dir_is_refused(repaired):
     assert again.exit_code == EXIT_OK and "stopped run" not in again.stderr, again.stderr
 
 
+def test_a_store_moved_since_says_what_to_do_to_restore_or_apply(tmp_path):
+    """The store renamed after its plan was saved and its recover applied. Before: "the store this backup belongs to
+    does not exist" and "the plan's store does not exist", with no way on. Now each says what to do (exit 3)."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    assert run("recover", store, "--plan-out", tmp_path / "plan.json").exit_code == EXIT_OK
+    assert run("recover", store, "--yes", "--backup-dir", tmp_path / "backup").exit_code == EXIT_OK
+    store.rename(store.with_name("moved"))
+    restored = run("restore", tmp_path / "backup", "--yes")
+    assert restored.exit_code == EXIT_BAD_INPUT and "move the store back there, then restore" in restored.stderr, restored.stderr
+    applied = run("apply", tmp_path / "plan.json", "--yes")
+    assert applied.exit_code == EXIT_BAD_INPUT and "plan again on the store where it is" in applied.stderr, applied.stderr
+    assert not (tmp_path / "backup" / "journal.jsonl").read_text().count("restore-started")
+
+
 class Killed(BaseException):
     pass
 

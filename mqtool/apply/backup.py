@@ -689,7 +689,8 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     the files the apply left, unless ``force``."""
     root = backup.store_root
     if not root.is_dir():
-        raise BadInput(f"{root}: the store this backup belongs to does not exist")
+        raise BadInput(f"{root}: the store this backup belongs to does not exist (moved or renamed since?): restore puts files back at "
+                       "that path only: move the store back there, then restore")
     refuse_incomplete([backup])
     if not force and not backup.restored:
         refuse_changed(backup.changed_since_apply())

@@ -577,7 +577,7 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
     ``backed()`` runs once the backup set exists, before the first change (``repair``'s mark)."""
     root = Path(plan.store)
     if not root.is_dir():
-        raise BadInput(f"{root}: the plan's store does not exist")
+        raise BadInput(f"{root}: the plan's store does not exist (moved or renamed since the plan was saved?): plan again on the store where it is")
     pending = read_pending(root)
     if pending is not None:
         raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); {interrupted_apply_ways(root, pending)}")

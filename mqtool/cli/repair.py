@@ -648,7 +648,7 @@ def apply(
     except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:  # AttributeError: a value of the wrong JSON type
         raise BadInput(f"{plan_file}: not a valid mqtool plan ({exc})") from None
     if not root.is_dir():
-        raise BadInput(f"{root}: the plan's store does not exist")
+        raise BadInput(f"{root}: the plan's store does not exist (moved or renamed since the plan was saved?): plan again on the store where it is")
     check_not_in_use(root, [], force)
     refuse_stopped_repair(root)
     pending = read_pending(root)
