@@ -225,6 +225,19 @@ def test_a_store_moved_since_says_what_to_do_to_restore_or_apply(tmp_path):
     assert not (tmp_path / "backup" / "journal.jsonl").read_text().count("restore-started")
 
 
+@pytest.mark.parametrize("command", ["recover", "repair"])
+def test_a_backup_folder_that_cannot_be_made_says_to_give_another(command, tmp_path):
+    """The default backups folder cannot be made (here a file has its name; a read-only parent, a full disk alike). Before:
+    "cannot create the backup: Not a directory; nothing was changed", and no way on. Now it says to give a --backup-dir."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    (tmp_path / ".mqtool-backups").write_text("not a folder")
+    before = snapshot(store)
+    result = run(command, store, "--yes")
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == EXIT_BAD_INPUT and "nothing was changed: give a --backup-dir where it can be written" in said, result.stderr
+    assert snapshot(store) == before and read_pending(store) is None
+
+
 class Killed(BaseException):
     pass
 

@@ -591,7 +591,7 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
         backup = BackupSet.create(backup_dir, root, plan.to_dict())
     except OSError as exc:
         cause = f"{exc.filename or backup_dir}: cannot create the backup: {exc.strerror or exc}"
-        raise ApplyIOError(f"{cause}; nothing was changed", cause) from None
+        raise ApplyIOError(f"{cause}; nothing was changed: give a --backup-dir where it can be written (or free space there)", cause) from None
     if backed is not None:
         try:
             backed()
