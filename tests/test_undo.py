@@ -238,6 +238,27 @@ def test_a_backup_folder_that_cannot_be_made_says_to_give_another(command, tmp_p
     assert snapshot(store) == before and read_pending(store) is None
 
 
+def test_restore_while_another_apply_is_interrupted_is_refused(tmp_path):
+    """``recover --yes``, then ``rebuild-index --yes --backup-dir OTHER`` killed part-way. Before: ``restore`` of the recover
+    backup went ahead (exit 0) under the other apply's ``.mqtool-pending`` mark and staging folder, which the next command
+    then "finished" over the restored files. Now refused (exit 4), naming that apply's ways on, the store untouched;
+    undone newest first, the store comes back byte for byte."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    before = snapshot(store)
+    assert run("recover", store, "--yes").exit_code == EXIT_OK
+    (recovered,) = (tmp_path / ".mqtool-backups").iterdir()
+    killed = mqtool("rebuild-index", store, "--yes", "--backup-dir", tmp_path / "other", env={"MQTOOL_TEST_KILL_AT": "2"})
+    assert killed.returncode == -signal.SIGKILL and read_pending(store) is not None, killed.stderr
+    after = snapshot(store)
+    result = run("restore", recovered, "--yes")
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == EXIT_REFUSED and f"undo it with: mqtool restore {tmp_path / 'other'} --yes" in said, result.stderr
+    assert snapshot(store) == after
+    for backup in (tmp_path / "other", recovered):
+        assert run("restore", backup, "--yes").exit_code == EXIT_OK
+    assert snapshot(store) == before
+
+
 class Killed(BaseException):
     pass
 

@@ -699,6 +699,7 @@ def restore_cmd(
             refuse_incomplete([BackupSet.open(stage) for stage in stages])
         if yes and not force:
             _refuse_before_later_backups(backup)
+            _refuse_another_pending(BackupSet.open(stages[0]).store_root, backup)
             refuse_changed(changed_by_others([BackupSet.open(stage) for stage in stages]))
         for stage in reversed(stages):  # `repair` wrote one backup set per stage
             note(f"stage {stage.name}:")
@@ -725,6 +726,7 @@ def restore_cmd(
         raise Refused("nothing changed: re-run with --yes to restore")
     if not force:
         _refuse_before_later_backups(backup)
+        _refuse_another_pending(root, backup)
     check_not_in_use(root, [], force)
     with executor().hold_store_lock(root, force), scans_shown():
         try:
@@ -735,6 +737,18 @@ def restore_cmd(
             raise BadInput(f"{exc.filename or root}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
     note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the {summary['command'] or 'apply'} had created")
     _note_removed(result["temporaries_removed"])
+
+
+def _refuse_another_pending(root: Path, backup: Path) -> None:
+    """An apply (or a restore) of another backup cut short on the store (``.mqtool-pending``): restoring this backup
+    between would leave the store neither, and finishing that apply after it would write over the restored files."""
+    pending = read_pending(root) if root.is_dir() else None
+    if pending is None or backup.resolve() in (pending.resolve(), pending.resolve().parent):  # its own, or its repair's stage
+        return
+    if restore_interrupted(pending):
+        raise Refused(f"{unfinished_restore_line(pending)}; then restore {shell_path(backup)}")
+    raise Refused(f"an apply on this store was interrupted (backup {pending}): finish or undo it before restoring another backup: "
+                  f"{interrupted_apply_ways(root, pending)}")
 
 
 def _a_store_given_to_restore(store: Path) -> str:
