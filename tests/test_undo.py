@@ -259,6 +259,29 @@ def test_restore_while_another_apply_is_interrupted_is_refused(tmp_path):
     assert snapshot(store) == before
 
 
+def test_a_lock_taken_after_the_check_says_what_to_do(tmp_path, monkeypatch):
+    """A broker that takes the store's lock after mqtool looked for users (here the look finds none) and before the apply
+    holds the lock. Before: "lock: another process holds the store's lock" and no way on. Now it says nothing was changed
+    and to stop the broker (exit 4)."""
+    import mqtool.cli.repair as repair_cli
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'r+'); "
+                               "fcntl.lockf(f, fcntl.LOCK_EX, 1, 0); print('held', flush=True); time.sleep(60)", str(store / "lock")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(repair_cli, "store_users", lambda *args: [])
+        before = snapshot(store)
+        result = run("recover", store, "--yes", "--backup-dir", tmp_path / "backup")
+    finally:
+        holder.kill()
+        holder.wait()
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == EXIT_REFUSED and "nothing was changed: stop the broker first, or pass --force" in said, result.stderr
+    assert snapshot(store) == before
+
+
 class Killed(BaseException):
     pass
 

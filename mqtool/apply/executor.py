@@ -541,7 +541,8 @@ def hold_store_lock(store_root: Path, force: bool = False):
             os.close(fd)
             fd = None
             if not force:
-                raise StoreInUse(f"{path}: another process holds the store's lock") from None
+                raise StoreInUse(f"{path}: another process holds the store's lock (a broker started since?); nothing was changed: "
+                                 "stop the broker first, or pass --force") from None
     try:
         yield
     finally:
