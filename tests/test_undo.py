@@ -196,6 +196,26 @@ def test_a_backup_that_lost_a_kept_file_is_refused_before_any_stage_is_restored(
     assert snapshot(store) == before
 
 
+def test_a_backup_that_lost_its_journal_is_refused_not_called_restored(tmp_path):
+    """A recover backup whose journal.jsonl was lost (a partial copy of the backups folder). Before: restore said
+    "restored 0 file(s)/range(s)", exit 0, the store still recovered, and marked the backup restored, so a run with the
+    journal back said "nothing to restore". Now refused (exit 3) naming the files, nothing changed; with it back, restored."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    before = snapshot(store)
+    assert run("recover", store, "--yes", "--backup-dir", tmp_path / "backup").exit_code == EXIT_OK
+    journal = tmp_path / "backup" / "journal.jsonl"
+    saved = journal.read_bytes()
+    journal.unlink()
+    after = snapshot(store)
+    result = run("restore", tmp_path / "backup", "--yes")
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == EXIT_BAD_INPUT and "no longer holds what it kept of 5 file(s) (abort, checkpoint," in said, result.stderr
+    assert snapshot(store) == after and not journal.exists()
+    journal.write_bytes(saved)
+    assert run("restore", tmp_path / "backup", "--yes").exit_code == EXIT_OK
+    assert snapshot(store) == before
+
+
 def test_repair_into_an_earlier_repairs_backup_dir_is_refused(repaired):
     """``repair --yes --backup-dir B`` where B holds an earlier, finished repair's stages (restored here, so there is
     again something to repair). Before: applied, its stages numbered after the earlier ones, and said "(after the 2

@@ -378,7 +378,8 @@ class BackupSet:
 
     def missing_copies(self) -> list[str]:
         """The store paths whose kept bytes this backup no longer holds (a copy deleted or cut since, a moved entry gone
-        from both places): ``restore`` would stop at the first, the store half put back, and no run could finish it."""
+        from both places, a journal line lost): ``restore`` would stop at the first, the store half put back, and no run
+        could finish it; or, with the journal gone, say it restored nothing and call the backup restored."""
         missing = []
         for ev in self.journal.events():
             kind, rel = ev.get("ev"), ev.get("path")
@@ -392,7 +393,8 @@ class BackupSet:
             elif kind != "move-entry" or os.path.lexists(self.moved_copy(rel)) or os.path.lexists(self.store_root / rel):
                 continue
             missing.append(rel)
-        return list(dict.fromkeys(missing))
+        touched = set(self.touched())  # a complete apply's manifest names every file its journal lists: lines lost with the journal
+        return list(dict.fromkeys([*missing, *(rel for rel in self.manifest.get("after") or {} if rel not in touched)]))
 
     def _ranges_put_back(self, rel: str, before: list[int] | None, now: list[int] | None) -> bool:
         """A file only ranges of which were backed up holds them again (a restore stopped before the mtime)."""
@@ -672,8 +674,9 @@ def refuse_incomplete(backups: list[BackupSet]) -> None:
     for backup in backups:
         if missing := ([] if backup.restored else backup.missing_copies()):
             shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-            raise BadInput(f"{backup.dir}: the backup no longer holds what it kept of {len(missing)} file(s) ({shown}): deleted or cut "
-                           "since it was made; nothing was restored by this run: put the backup's files back and run the restore again")
+            raise BadInput(f"{backup.dir}: the backup no longer holds what it kept of {len(missing)} file(s) ({shown}): its copies or "
+                           "journal.jsonl deleted or cut since it was made; nothing was restored by this run: put the backup's files back "
+                           "and run the restore again")
 
 
 def unfinished_restore_line(pending: Path) -> str:
