@@ -189,6 +189,7 @@ def test_a_backup_that_lost_a_kept_file_is_refused_before_any_stage_is_restored(
     said = " ".join(result.stderr.split())
     assert result.exit_code == EXIT_BAD_INPUT and f"no longer holds what it kept of 1 file(s) ({kept})" in said, result.stderr
     assert snapshot(store) == after and read_pending(store) is None
+    assert run("restore", backup).exit_code == EXIT_BAD_INPUT  # the preview says so too, not "re-run with --yes"
     copy.write_bytes(saved[:-1])  # cut: refused as well
     assert run("restore", backup, "--yes").exit_code == EXIT_BAD_INPUT and snapshot(store) == after
     copy.write_bytes(saved)

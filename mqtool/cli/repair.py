@@ -695,8 +695,7 @@ def restore_cmd(
         return
     stages = repair_stages(backup)
     if stages:
-        if yes:  # checked for every stage first: a refusal leaves every stage applied
-            refuse_incomplete([BackupSet.open(stage) for stage in stages])
+        refuse_incomplete([BackupSet.open(stage) for stage in stages])  # every stage first: a refusal leaves every stage applied
         if yes and not force:
             _refuse_before_later_backups(backup)
             _refuse_another_pending(BackupSet.open(stages[0]).store_root, backup)
@@ -722,6 +721,7 @@ def restore_cmd(
             _note_removed([str(p.relative_to(root)) for p in remove_leftovers(root)])
             clear_repair_mark(root, unless_applied=True)  # a restore killed as it ended kept the mark of a repair now undone
         return
+    refuse_incomplete([backup_set])  # also without --yes: "re-run with --yes" would not restore it
     if not yes:
         raise Refused("nothing changed: re-run with --yes to restore")
     if not force:
