@@ -217,6 +217,21 @@ def test_a_backup_that_lost_its_journal_is_refused_not_called_restored(tmp_path)
     assert snapshot(store) == before
 
 
+def test_a_repairs_backup_is_shown_whole_and_as_one_json_document(repaired):
+    """Before: ``restore REPAIR`` without --yes showed the last stage's summary only, then refused, so the preview never
+    listed what the earlier stages would put back; and ``-f json`` wrote one JSON document per stage, which no JSON
+    reader takes. Now one document: the repair's directory and every stage's summary, in the order restored."""
+    store, backup, before = repaired
+    shown = run("restore", backup)
+    assert shown.exit_code == EXIT_REFUSED and shown.stdout.count("Backup\n") == 2, shown.stdout
+    assert f"{backup / '01-recover'}" in shown.stdout and f"{backup / '02-rebuild-cq'}" in shown.stdout
+    done = run("restore", backup, "--yes", "-f", "json")
+    assert done.exit_code == EXIT_OK, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["backup"] == str(backup) and [Path(s["backup"]).name for s in doc["stages"]] == ["02-rebuild-cq", "01-recover"]
+    assert all(s["complete"] and s["restored_ms"] is None for s in doc["stages"]) and snapshot(store) == before
+
+
 def test_repair_into_an_earlier_repairs_backup_dir_is_refused(repaired):
     """``repair --yes --backup-dir B`` where B holds an earlier, finished repair's stages (restored here, so there is
     again something to repair). Before: applied, its stages numbered after the earlier ones, and said "(after the 2

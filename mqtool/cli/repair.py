@@ -695,25 +695,41 @@ def restore_cmd(
         return
     stages = repair_stages(backup)
     if stages:
-        refuse_incomplete([BackupSet.open(stage) for stage in stages])  # every stage first: a refusal leaves every stage applied
+        sets = [BackupSet.open(stage) for stage in stages]
+        refuse_incomplete(sets)  # every stage first: a refusal leaves every stage applied
         if yes and not force:
             _refuse_before_later_backups(backup)
-            _refuse_another_pending(BackupSet.open(stages[0]).store_root, backup)
-            refuse_changed(changed_by_others([BackupSet.open(stage) for stage in stages]))
+            _refuse_another_pending(sets[0].store_root, backup)
+            refuse_changed(changed_by_others(sets))
+        # one document, every stage's summary in the order restored: the preview shows them all, `-f json` is one JSON
+        emit_plan({"backup": str(backup), "stages": [s.summary() for s in reversed(sets)]}, fmt, _render_stages)
+        unrestored = False
         for stage in reversed(stages):  # `repair` wrote one backup set per stage
             note(f"stage {stage.name}:")
             try:
-                restore_cmd.__wrapped__(stage, yes=yes, force=force, fmt=fmt)
+                _restore_set(stage, yes=yes, force=force, fmt=fmt, shown=True)
+            except Refused:
+                if yes:
+                    raise
+                unrestored = True  # without --yes: every stage's preview, then one refusal
             except (Interrupted, KeyboardInterrupt):  # finished by restoring every stage again, not this one alone
                 raise Interrupted(_finish_restore_line(backup)) from None
+        if unrestored:
+            raise Refused("nothing changed: re-run with --yes to restore")
         return
+    _restore_set(backup, yes=yes, force=force, fmt=fmt)
+
+
+def _restore_set(backup: Path, *, yes: bool, force: bool, fmt: OutputFormat, shown: bool = False) -> None:
+    """``restore`` of one backup set (a whole apply's, or a repair's stage: ``shown``, its summary already emitted)."""
     if not (backup / "manifest.json").exists() and any((backup / part).exists() for part in STORE_PARTS):
         raise BadInput(_a_store_given_to_restore(backup))
     if backup.is_dir() and not (backup / "manifest.json").exists() and (held := sorted(p.name for p in backup.iterdir() if (p / "manifest.json").is_file() or repair_stages(p))):
         raise BadInput(f"{backup}: a folder of backups ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}), not one: restore each alone, newest first")
     backup_set = BackupSet.open(backup)
     summary = backup_set.summary()
-    emit_plan(summary, fmt, render_backup)
+    if not shown:
+        emit_plan(summary, fmt, render_backup)
     root = backup_set.store_root
     if summary["restored_ms"] is not None:  # restoring again could only discard what happened since
         note(f"nothing to restore: {backup} was already restored ({iso_ms(summary['restored_ms'])}); its files were put back then")
@@ -932,6 +948,11 @@ def render_repair(console: Screen, doc: dict) -> None:
         _print_capped(console, table, [(e.kind, e.severity, "yes" if e.lost_data else "no", e.offset, e.message, e.file) for e in plan.remaining])
     for n in plan.notes:
         console.note(n)
+
+
+def _render_stages(console: Screen, doc: dict) -> None:
+    for stage in doc["stages"]:
+        render_backup(console, stage)
 
 
 def render_backup(console: Screen, doc: dict) -> None:
