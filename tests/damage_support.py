@@ -140,6 +140,8 @@ def layout_fault(root: Path, rng: random.Random, kind: str) -> str:
         names += sorted(str(p.relative_to(root)) for p in (root / "config").glob("*.json*") if p.is_file())
         rel = rng.choice([n for n in names if (root / n).is_file()] + ["abort", "lock"])
         target = root / rel
+        if target.is_dir() and not target.is_symlink():  # an earlier fault of this copy replaced it by a directory
+            return f"{rel} left a directory"
         target.unlink(missing_ok=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         if rng.random() < 0.5:
