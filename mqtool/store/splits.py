@@ -218,14 +218,20 @@ class SplitScan:
     def _damaged_first_entry(self, found: int | None) -> int | None:
         """Where this DLedger split's records begin: the first entry ``index/`` places in it (``DLedgerMmapFileStore.get``,
         §15.4) when the resynchronisation (``find_split_start``: ``found``) passed it, the split before stops there, and the
-        walk stops at it at damage its broker keeps (``resume``): a header alone broken (the record inside is read,
-        ``_loose``) or a damaged record, maybe followed by more. This split owns it and reads on from it as ``mqtool dump``
-        does; else ``found``."""
+        entry's header alone is broken, its broker keeping it (``resume``) and serving the record inside (``_loose``,
+        ``dledgerstart.record_in_broken_entry``). This split owns it and reads on from it as ``mqtool dump`` does; else
+        ``found``. A unit of a stale ``index/`` that places no such entry there (its pos inside an entry, or past a cut) is
+        no entry start: this split begins at ``found`` and ``check_splits`` reads the damage before it as dump does."""
+        from .dledgerstart import record_in_broken_entry
+
         split, base = self.split, self.split.base_offset
-        at = split.served.commitlog.indexed_entry_after(base + split.start - 1)
+        cl = split.served.commitlog
+        at = cl.indexed_entry_after(base + split.start - 1)
         if at is None or at >= base + (split.end if found is None else found):
             return found
-        return at - base if split.resume(split.end_at(at)) is not None else found
+        end = split.end_at(at)
+        resumed = split.resume(end)
+        return at - base if resumed is not None and record_in_broken_entry(cl, end, resumed) is not None else found
 
     def _counted(self, batches: Iterable[fs.SegmentBatch]) -> Iterator[fs.SegmentBatch]:
         """``batches`` as they are, counted into ``first`` and ``records``."""
