@@ -722,11 +722,17 @@ def test_splits_cut_anywhere_around_damage_a_dledger_broker_keeps_read_what_dump
     _splits_read_what_dump_reads(root, cuts, with_next=first + 7)
 
 
-@pytest.mark.parametrize("damage,file,index", [("none", 1, "last-byte"), ("records", 1, "last-byte")])
+@pytest.mark.parametrize("damage,file,index", [("none", 1, "last-byte"), ("records", 1, "last-byte"), ("record-header", 6, None),
+                                               ("record-header", 1, "past")])
 def test_splits_at_a_stale_index_or_a_cut_after_damage_read_what_dump_reads(tmp_path, damage, file, index):
     """A split whose resynchronisation skips bytes asks ``index/`` for its first entry (``SplitScan._damaged_first_entry``).
     Before, a stale unit (``last-byte``: its pos on the last byte of an entry) was taken for one: the split read on from
-    there, found no entry and read nothing, and its records were missing from the output without a word."""
+    there, found no entry and read nothing, and its records were missing from the output without a word. And where a
+    damaged record ended the chain of the splits before it, followed by a broken header where DLedger's recovery cuts the log
+    (``record-header`` in data file 6, which its walk reads, or in file 1 with ``past`` units, which start its walk at an
+    earlier file), the split starting at the damaged entry read no record, so no row said it read past that record: the log
+    was taken to go on to the next data file, the splits past the cut were kept (646 rows where dump prints 613) and one
+    line said that range where dump says "skipped" and then "stopped" (``splits._read_past``)."""
     root, (previous, first, following, after) = damaged_entries(tmp_path, damage, file, index)
     _splits_read_what_dump_reads(root, (previous, previous + 24, first - 1, first, first + 3, first + 7, following + 7, after - 1),
                                  with_next=first + 7)

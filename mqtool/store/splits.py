@@ -392,6 +392,9 @@ def cut_logs(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], 
             stop = _chain_stop(split, ends.get(key))
             if stop is None:
                 continue
+            steps, stop = _read_past(key, split, stop)
+            if damage is not None:
+                damage += steps
             if key != order[-1] and split.reads_past(stop):
                 if damage is not None:  # the broker never reads it, or --keep-going: the log goes on in the next segment
                     damage.append(Damage(key, stop, segments[order[i + 1]][0].chain_start))
@@ -400,6 +403,21 @@ def cut_logs(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], 
             if damage is not None and not stop.is_clean:  # zeros: where the written data ends, no damage
                 damage.append(Damage(key, stop, None))
     return cut
+
+
+def _read_past(key: Hashable, split: Split, stop: ScanEnd) -> tuple[list[Damage], ScanEnd]:
+    """From damage ``stop`` where a segment's chain of records ends, the ranges read past inside the segment, one at a time
+    as ``mqtool dump`` reads them (``Split.resume``: adjacent damaged DLedger entries, a stale ``index/``), up to the damage
+    the read stops at or goes on past to a record, the end of the written data or the next segment: ``(ranges, that
+    damage)``. Where the split owning them read no record, no row carries them (``SplitScan.skipped``)."""
+    steps = []
+    while (resumed := split.resume(stop)) is not None and resumed < split.base_offset + split.size:
+        following = split.end_at(resumed)
+        if following.is_clean:  # a record (``LIMIT``), zeros or a blank: the read goes on, as ``cut_logs`` says
+            break
+        steps.append(Damage(key, stop, resumed))
+        stop = following
+    return steps, stop
 
 
 def _chain_stop(split: Split, chain_end: int | None) -> ScanEnd | None:
