@@ -1341,14 +1341,16 @@ def test_salvage_reads_the_dledger_entries_after_the_cut(tmp_path, version):
     the messages before it as live and every one after it, the broken entry's intact record included (``resume_after``
     without ``entries``), as past-damage, with a body CRC failing among them skipped. Before: past the cut it looked for
     classic records, which DLedger data hold none of (48-byte headers between them): 1 of the 600 messages after it;
-    then it skipped the broken entry's record whole ("no valid record in [pos, next entry)")."""
+    then it skipped the broken entry's record whole ("no valid record in [pos, next entry)"). A second entry header broken
+    further on (its pos): its 48 bytes are the range said unreadable; before, the range began a byte after them."""
     from conftest import copy_store
 
     messages = manifest(version, "dledger-small")["messages"]
     root = copy_store(version, "dledger-small", tmp_path)
-    broken, flipped = messages[100], messages[300]
+    broken, flipped, second = messages[100], messages[300], messages[400]["dledgerEntry"]
     entry = broken["dledgerEntry"]
     _patch(root / "dledger-n0" / entry["file"], entry["filePosition"], (7).to_bytes(4, "big"))
+    _patch(root / "dledger-n0" / second["file"], second["filePosition"] + 24, (second["pos"] + 1).to_bytes(8, "big"))
     _flip_body_byte(root, flipped["commitLogOffset"])
     done = _cli("salvage", root, "--format", "jsonl")
     assert [(json.loads(line)["offset"], json.loads(line)["status"]) for line in done.stdout.splitlines()] == [
@@ -1356,6 +1358,7 @@ def test_salvage_reads_the_dledger_entries_after_the_cut(tmp_path, version):
         for m in messages if m is not flipped]
     stderr = " ".join(done.stderr.split())
     assert f"no valid record in [{entry['pos']}, {broken['commitLogOffset']}); valid records resume after it" in stderr
+    assert f"no valid record in [{second['pos']}, {second['pos'] + 48}); valid records resume after it" in stderr
     assert f"skipped the record at {flipped['commitLogOffset']} ({flipped['size']} bytes)" in stderr
 
 
