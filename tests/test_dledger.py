@@ -1342,23 +1342,29 @@ def test_salvage_reads_the_dledger_entries_after_the_cut(tmp_path, version):
     without ``entries``), as past-damage, with a body CRC failing among them skipped. Before: past the cut it looked for
     classic records, which DLedger data hold none of (48-byte headers between them): 1 of the 600 messages after it;
     then it skipped the broken entry's record whole ("no valid record in [pos, next entry)"). A second entry header broken
-    further on (its pos): its 48 bytes are the range said unreadable; before, the range began a byte after them."""
+    further on (its pos): its 48 bytes are the range said unreadable; before, the range began a byte after them. A third
+    entry's first 56 bytes zeroed (a page zeroed there): the entries after it are listed too, the whole entry said
+    unreadable; before, the walk of the data file ended at those zeros as at the end of its data, and the 199 messages after
+    them were left out without a word."""
     from conftest import copy_store
 
     messages = manifest(version, "dledger-small")["messages"]
     root = copy_store(version, "dledger-small", tmp_path)
-    broken, flipped, second = messages[100], messages[300], messages[400]["dledgerEntry"]
+    broken, flipped, second, zeroed = messages[100], messages[300], messages[400]["dledgerEntry"], messages[500]
     entry = broken["dledgerEntry"]
     _patch(root / "dledger-n0" / entry["file"], entry["filePosition"], (7).to_bytes(4, "big"))
     _patch(root / "dledger-n0" / second["file"], second["filePosition"] + 24, (second["pos"] + 1).to_bytes(8, "big"))
+    _patch(root / "dledger-n0" / zeroed["dledgerEntry"]["file"], zeroed["dledgerEntry"]["filePosition"], bytes(56))
     _flip_body_byte(root, flipped["commitLogOffset"])
     done = _cli("salvage", root, "--format", "jsonl")
     assert [(json.loads(line)["offset"], json.loads(line)["status"]) for line in done.stdout.splitlines()] == [
         (m["commitLogOffset"], "live" if m["commitLogOffset"] < broken["commitLogOffset"] else "past-damage")
-        for m in messages if m is not flipped]
+        for m in messages if m is not flipped and m is not zeroed]
     stderr = " ".join(done.stderr.split())
     assert f"no valid record in [{entry['pos']}, {broken['commitLogOffset']}); valid records resume after it" in stderr
     assert f"no valid record in [{second['pos']}, {second['pos'] + 48}); valid records resume after it" in stderr
+    end = zeroed["dledgerEntry"]["pos"] + zeroed["dledgerEntry"]["size"]
+    assert f"no valid record in [{zeroed['dledgerEntry']['pos']}, {end}); valid records resume after it" in stderr
     assert f"skipped the record at {flipped['commitLogOffset']} ({flipped['size']} bytes)" in stderr
 
 

@@ -217,7 +217,7 @@ class SalvageScan:
                 run.last_ts = store_timestamp_at(batch.array, int(batch.rows[-1, COL_POS]))
             run.end = scan.end.offset - seg.base_offset
             unread = self._add_run(report, run, unread)
-            if scan.end.is_clean:
+            if scan.end.is_clean and scan.end.reason != StopReason.ZEROS:  # zeros: a page zeroed, or the end of the data
                 break
             at = walk_resume(cl, scan.end, every=True)
             if at is not None and (record := record_in_broken_entry(cl, scan.end, at)) is not None:
