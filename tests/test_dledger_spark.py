@@ -172,7 +172,8 @@ def test_the_job_reads_what_dump_reads_at_a_stale_index_and_a_cut_after_damage(s
     for broker, root in stores.items():
         result = CliRunner().invoke(app, ["dump", str(root), "--format", "jsonl"])
         expected = [json.loads(line)["offset"] for line in result.stdout.splitlines()]
-        lines = [line.removeprefix("mqtool: ") for line in result.stderr.splitlines() if line.startswith(("mqtool: skipped", "mqtool: stopped"))]
+        said = ("mqtool: skipped", "mqtool: stopped")
+        lines = [line.removeprefix("mqtool: ") for line in result.stderr.splitlines() if line.startswith(said)]
         assert len(expected) == {"a": 700, "b": 613, "c": 613}[broker] and len(lines) == {"a": 0, "b": 2, "c": 2}[broker]
         assert sorted(r["offset"] for r in rows if r["broker"] == broker) == expected
         assert [d["message"] for d in doc["damage"] if d["broker"] == broker] == lines
