@@ -1606,3 +1606,28 @@ def test_rebuild_cq_says_the_record_inside_an_entry_whose_header_alone_is_broken
     assert f"unreadable record at {pos} skipped (corrupt)" not in plan.notes
     assert (f"DLedger entry header at {pos} unreadable (corrupt: entry pos is not its own offset): the record inside it "
             f"at {pos + 48} is dispatched, as the broker's reput reads it (it skips the 48 header bytes unread)") in plan.notes
+
+
+def test_recover_reads_an_index_unit_by_its_position_past_zeroed_units(tmp_path):
+    """``DLedgerMmapFileStore.recover`` reads the unit of entry i at i x 32 (``indexFileList.getData(entryIndex * INDEX_UNIT_SIZE)``,
+    its pre-check of a data file's first entry and its walk; ``MmapFileList.load`` sets every index file's wrote position to
+    its size @0.2.7, @0.3.1.2), whatever units before it hold. ``relaid_store`` with the units of six entries in the middle
+    of its second data file zeroed, and an entry header of its third broken (its pos): the third-from-last file's first
+    entry matches its unit, so the recovery starts there and keeps the log; `mqtool dump` reads on past that header (the
+    record inside served). Before: the units were taken up to the first all-zero one, the pre-check failed back to the
+    second file, and the next start was said to cut the log at that header, dropping 478 messages (dump: 222 of 700)."""
+    from mqtool.store.dledgerstart import data_recovery
+
+    root, placed = relaid_store(tmp_path, "4.9.7")
+    in_second = [(msg["dledgerEntry"]["index"], pos) for msg, pos in placed if 1 << 18 <= pos < 2 << 18]
+    hole = in_second[len(in_second) // 2][0]
+    _patch(root / "dledger-n0" / "index" / f"{0:020d}", (hole - 3) * 32, bytes(6 * 32))
+    third = [pos for _, pos in placed if 2 << 18 <= pos < 3 << 18]
+    broken = third[len(third) // 2]
+    _patch(root / "dledger-n0" / "data" / f"{2 << 18:020d}", broken - (2 << 18) + 24, (broken + 1).to_bytes(8, "big"))
+    with Store.open(root) as store:
+        files = store.commitlog.entry_segments()
+        assert store.commitlog.segments[data_recovery(store.commitlog).start_file] == files[-3]
+    done = _cli("dump", root, "--format", "jsonl")
+    assert [json.loads(line)["offset"] for line in done.stdout.splitlines()] == [pos + 48 for _, pos in placed]
+    assert f"skipped [{broken}, {broken + 48})" in " ".join(done.stderr.split())

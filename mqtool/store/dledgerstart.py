@@ -52,19 +52,19 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
     offset = len(cl.segments) - len(files)  # classic segments of a mixed store come first
     if not files:  # recover keeps nothing and returns before reading the checkpoint
         return DataRecovery(offset, ScanEnd(cl.divided_offset, StopReason.NO_SEGMENTS, "no DLedger data file"), -1, 0, None, None)
-    units = {u.number: u for u in cl.index_units()}  # by position, as DLedger reads a unit (index * 32)
+    units = {u.number: u for u in cl.index_units()}  # written: up to the first all-zero unit
     start = max(len(files) - 3, 0)
     for start in range(start, -1, -1):  # recover's pre-check: a file's first entry (at its own pos) against its index unit
         with MappedFile(files[start].path, files[start].base_offset) as mf:
             h = dfmt.decode_entry_header(mf.buf, 0, files[start].base_offset)
-        if entry_problem(h, None) is None and unit_matches(units.get(h.index), h):
+        if entry_problem(h, None) is None and unit_matches(cl.index_unit(h.index), h):
             break
     scan = EntryScan(cl, files[start].base_offset)
     last = rewrite_from = None
     walked = 0
     for walked, header in enumerate(scan, 1):
         last = header
-        if rewrite_from is None and not unit_matches(units.get(header.index), header):
+        if rewrite_from is None and not unit_matches(cl.index_unit(header.index), header):
             rewrite_from = header.index
     last_index = last.index if last is not None else -1
     committed = cl.layout.committed_index
