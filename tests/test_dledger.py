@@ -646,50 +646,96 @@ def test_splits_cut_anywhere_read_exactly_the_records_of_the_sequential_scan(ver
             assert [o for sp in splits for o in read[sp.offset]] == expected
 
 
-@pytest.mark.parametrize("damage", ["header", "records", "record-header"])
-def test_splits_cut_anywhere_around_damage_a_dledger_broker_keeps_read_what_dump_reads(tmp_path, damage):
-    """``relaid_store``, before DLedger's recovery start file: an entry whose header alone is broken (``header``: its pos;
-    the broker serves the record inside), the records of two adjacent entries damaged (``records``: TOTALSIZE), or the
-    first's record damaged and the second's header broken (``record-header``). Splits cut around them (at the first damaged
-    entry, inside the entry before, inside its header, at its record, ...) read what `mqtool dump` reads, each record once,
-    and report a range where dump reports one. Before, where the first damaged entry was the first of its split: no split
-    read the record inside a broken header (the split's resynchronisation passes the header, ``find_split_start``, and the
-    split before stops at its boundary); with ``records`` the split was dropped (its first record lay two ranges past where
-    the split before ended, ``check_splits`` resumed one)."""
+def damaged_entries(tmp_path, damage: str, file: int = 1, index: str | None = None):
+    """``relaid_store`` with entries in the middle of data file ``file`` damaged: an entry whose header alone is broken
+    (``header``: its pos; the broker serves the record inside), the records of two adjacent entries (``records``: TOTALSIZE),
+    the first's record and the second's header (``record-header``), or none (``none``); its ``index/`` stale when ``index``
+    says so: ``last-byte`` (every unit's pos on its entry's last byte: no entry starts there) or ``past`` (the units from
+    the first damaged entry on placing it past the data, a cut: DLedger's recovery starts its walk from an earlier file).
+    ``(root, (previous, first, following, after))``: the entry positions around the damage."""
+    root, placed = relaid_store(tmp_path, "4.9.7")
+    here = [p for _, p in placed if file << 18 <= p < (file + 1) << 18]
+    points = here[len(here) // 2 - 1 : len(here) // 2 + 3]
+    previous, first, following, after = points
+    for p, field in {"header": [(first, "pos")], "records": [(first, "size"), (following, "size")], "none": [],
+                     "record-header": [(first, "size"), (following, "pos")]}[damage]:
+        value = (p + 1).to_bytes(8, "big") if field == "pos" else (0x7FFF).to_bytes(4, "big")  # entry pos, record TOTALSIZE
+        _patch(root / "dledger-n0" / "data" / f"{file << 18:020d}", p - (file << 18) + (24 if field == "pos" else 48), value)
+    path = root / "dledger-n0" / "index" / f"{0:020d}"
+    units = bytearray(path.read_bytes())
+    for number in range(len(units) // 32):
+        unit = units[number * 32 : number * 32 + 32]
+        pos, size = int.from_bytes(unit[4:12], "big"), int.from_bytes(unit[12:16], "big")
+        if unit[:4] == b"\0\0\0\1" and (index == "last-byte" or (index == "past" and pos >= first)):
+            units[number * 32 + 4 : number * 32 + 12] = (pos + size - 1 if index == "last-byte" else (64 << 20) + pos).to_bytes(8, "big")
+    path.write_bytes(bytes(units))
+    return root, tuple(points)
+
+
+def _splits_read_what_dump_reads(root, cuts_at, *, with_next=None) -> None:
+    """The splits of ``root``'s data files, with the data file holding ``cuts_at[0]`` cut at each of ``cuts_at`` (and also at
+    ``with_next`` after it), read the records `mqtool dump` reads, each once, and report the ranges it reports, as the
+    Spark job keeps them (``check_splits``: the rows of the splits it rejects dropped, a split's ranges read past only where
+    it read a record, as its rows carry them)."""
     import re
 
     from mqtool.store.dledgerstart import ServedLog
     from mqtool.store.splits import Split, SplitResult, SplitScan, check_splits
 
-    root, placed = relaid_store(tmp_path, "4.9.7")
-    second = [p for _, p in placed if 1 << 18 <= p < 2 << 18]
-    previous, first, following, after = second[len(second) // 2 - 1 : len(second) // 2 + 3]
-    for p, field in {"header": [(first, "pos")], "records": [(first, "size"), (following, "size")],
-                     "record-header": [(first, "size"), (following, "pos")]}[damage]:
-        value = (p + 1).to_bytes(8, "big") if field == "pos" else (0x7FFF).to_bytes(4, "big")  # entry pos, record TOTALSIZE
-        _patch(root / "dledger-n0" / "data" / f"{1 << 18:020d}", p - (1 << 18) + (24 if field == "pos" else 48), value)
     done = _cli("dump", root, "--format", "jsonl")
     expected = [json.loads(line)["offset"] for line in done.stdout.splitlines()]
-    lines = [int(m) for m in re.findall(r"skipped \[(\d+), ", done.stderr)]
-    assert len(lines) == len(damage.split("-")) + (damage == "records")
+    lines = [int(m) for m in re.findall(r"(?:skipped \[|stopped at offset )(\d+)", done.stderr)]
     with Store.open(root) as store:
-        served, [seg] = ServedLog.of(store.commitlog), [s for s in store.commitlog.segments if s.base_offset <= first < s.end_offset]
-    for cut in (previous, previous + 24, first - 1, first, first + 7, first + 48, first + 100, following, following + 7, after - 1):
-        for cuts in ([cut - seg.base_offset], [cut - seg.base_offset, first + 7 - seg.base_offset]):
+        served, segments = ServedLog.of(store.commitlog), list(store.commitlog.segments)
+    [seg] = [s for s in segments if s.base_offset <= cuts_at[0] < s.end_offset]
+    for cut in cuts_at:
+        for cuts in ([cut - seg.base_offset], [cut - seg.base_offset] + ([with_next - seg.base_offset] if with_next else [])):
             cuts = sorted(set(cuts))
-            splits = [Split(str(seg.path), seg.base_offset, seg.size, a, b, True, served=served)
-                      for a, b in zip([0, *cuts], [*cuts, seg.size])]
-            read, results, skipped = [], [], {}
+            splits = [Split(str(s.path), s.base_offset, s.size, a, b, True, served=served)
+                      for s in segments for a, b in zip([0, *(cuts if s is seg else [])], [*(cuts if s is seg else []), s.size])]
+            read, results, skipped = {}, [], {}
             for sp in splits:
                 scan = SplitScan(sp, batch=64)
-                read += [b.base_offset + int(r) for b in scan for r in b.rows[:, 0]]
+                read[sp.offset] = [b.base_offset + int(r) for b in scan for r in b.rows[:, 0]]
                 results.append(SplitResult(("b", sp.base_offset), sp.base_offset, sp.offset, scan.first, scan.exit))
                 if scan.first is not None:  # as the job's rows carry them (``split_skipped``)
                     skipped[(("b", sp.base_offset), sp.offset)] = [(end.offset, resumed) for end, resumed in scan.skipped]
             found = []
-            assert check_splits(results, {(("b", sp.base_offset), sp.offset): sp for sp in splits}, found, skipped) == [], cuts
-            assert read == [o for o in expected if seg.base_offset <= o < seg.end_offset], cuts
+            rejected = check_splits(results, {(("b", sp.base_offset), sp.offset): sp for sp in splits}, found, skipped)
+            dropped = {r.start for r in rejected}
+            assert sorted(o for start, offsets in read.items() if start not in dropped for o in offsets) == expected, cuts
             assert [d.end.offset for d in found] == lines, cuts
+
+
+@pytest.mark.parametrize("damage", ["header", "records", "record-header"])
+def test_splits_cut_anywhere_around_damage_a_dledger_broker_keeps_read_what_dump_reads(tmp_path, damage):
+    """``damaged_entries`` in the second data file, before DLedger's recovery start file. Splits cut around them (at the
+    first damaged entry, inside the entry before, inside its header, at its record, ...) read what `mqtool dump` reads,
+    each record once, and report a range where dump reports one. Before, where the first damaged entry was the first of
+    its split: no split read the record inside a broken header (the split's resynchronisation passes the header,
+    ``find_split_start``, and the split before stops at its boundary); with ``records`` the split was dropped (its first
+    record lay two ranges past where the split before ended, ``check_splits`` resumed one)."""
+    root, (previous, first, following, after) = damaged_entries(tmp_path, damage)
+    done = _cli("dump", root, "--format", "jsonl")
+    assert done.stderr.count("skipped [") == len(damage.split("-")) + (damage == "records")
+    cuts = (previous, previous + 24, first - 1, first, first + 7, first + 48, first + 100, following, following + 7, after - 1)
+    _splits_read_what_dump_reads(root, cuts, with_next=first + 7)
+
+
+@pytest.mark.parametrize("damage,file,index", [("none", 1, "last-byte"), ("records", 1, "last-byte"), ("record-header", 6, None),
+                                               ("record-header", 1, "past")])
+def test_splits_at_a_stale_index_or_a_cut_after_damage_read_what_dump_reads(tmp_path, damage, file, index):
+    """A split whose resynchronisation skips bytes asks ``index/`` for its first entry (``SplitScan._damaged_first_entry``).
+    Before, a stale unit (``last-byte``: its pos on the last byte of an entry) was taken for one: the split read on from
+    there, found no entry and read nothing, and its records were missing from the output without a word. And where a
+    damaged record ended the chain of the splits before it, followed by a broken header where DLedger's recovery cuts the log
+    (``record-header`` in data file 6, which its walk reads, or in file 1 with ``past`` units, which start its walk at an
+    earlier file), the split starting at the damaged entry read no record, so no row said it read past that record: the log
+    was taken to go on to the next data file, the splits past the cut were kept (646 rows where dump prints 613) and one
+    line said that range where dump says "skipped" and then "stopped" (``splits._read_past``)."""
+    root, (previous, first, following, after) = damaged_entries(tmp_path, damage, file, index)
+    _splits_read_what_dump_reads(root, (previous, previous + 24, first - 1, first, first + 3, first + 7, following + 7, after - 1),
+                                 with_next=first + 7)
 
 
 def test_spark_inputs_keep_dledger_segments():
@@ -1295,21 +1341,30 @@ def test_salvage_reads_the_dledger_entries_after_the_cut(tmp_path, version):
     the messages before it as live and every one after it, the broken entry's intact record included (``resume_after``
     without ``entries``), as past-damage, with a body CRC failing among them skipped. Before: past the cut it looked for
     classic records, which DLedger data hold none of (48-byte headers between them): 1 of the 600 messages after it;
-    then it skipped the broken entry's record whole ("no valid record in [pos, next entry)")."""
+    then it skipped the broken entry's record whole ("no valid record in [pos, next entry)"). A second entry header broken
+    further on (its pos): its 48 bytes are the range said unreadable; before, the range began a byte after them. A third
+    entry's first 56 bytes zeroed (a page zeroed there): the entries after it are listed too, the whole entry said
+    unreadable; before, the walk of the data file ended at those zeros as at the end of its data, and the 199 messages after
+    them were left out without a word."""
     from conftest import copy_store
 
     messages = manifest(version, "dledger-small")["messages"]
     root = copy_store(version, "dledger-small", tmp_path)
-    broken, flipped = messages[100], messages[300]
+    broken, flipped, second, zeroed = messages[100], messages[300], messages[400]["dledgerEntry"], messages[500]
     entry = broken["dledgerEntry"]
     _patch(root / "dledger-n0" / entry["file"], entry["filePosition"], (7).to_bytes(4, "big"))
+    _patch(root / "dledger-n0" / second["file"], second["filePosition"] + 24, (second["pos"] + 1).to_bytes(8, "big"))
+    _patch(root / "dledger-n0" / zeroed["dledgerEntry"]["file"], zeroed["dledgerEntry"]["filePosition"], bytes(56))
     _flip_body_byte(root, flipped["commitLogOffset"])
     done = _cli("salvage", root, "--format", "jsonl")
     assert [(json.loads(line)["offset"], json.loads(line)["status"]) for line in done.stdout.splitlines()] == [
         (m["commitLogOffset"], "live" if m["commitLogOffset"] < broken["commitLogOffset"] else "past-damage")
-        for m in messages if m is not flipped]
+        for m in messages if m is not flipped and m is not zeroed]
     stderr = " ".join(done.stderr.split())
     assert f"no valid record in [{entry['pos']}, {broken['commitLogOffset']}); valid records resume after it" in stderr
+    assert f"no valid record in [{second['pos']}, {second['pos'] + 48}); valid records resume after it" in stderr
+    end = zeroed["dledgerEntry"]["pos"] + zeroed["dledgerEntry"]["size"]
+    assert f"no valid record in [{zeroed['dledgerEntry']['pos']}, {end}); valid records resume after it" in stderr
     assert f"skipped the record at {flipped['commitLogOffset']} ({flipped['size']} bytes)" in stderr
 
 
@@ -1551,3 +1606,28 @@ def test_rebuild_cq_says_the_record_inside_an_entry_whose_header_alone_is_broken
     assert f"unreadable record at {pos} skipped (corrupt)" not in plan.notes
     assert (f"DLedger entry header at {pos} unreadable (corrupt: entry pos is not its own offset): the record inside it "
             f"at {pos + 48} is dispatched, as the broker's reput reads it (it skips the 48 header bytes unread)") in plan.notes
+
+
+def test_recover_reads_an_index_unit_by_its_position_past_zeroed_units(tmp_path):
+    """``DLedgerMmapFileStore.recover`` reads the unit of entry i at i x 32 (``indexFileList.getData(entryIndex * INDEX_UNIT_SIZE)``,
+    its pre-check of a data file's first entry and its walk; ``MmapFileList.load`` sets every index file's wrote position to
+    its size @0.2.7, @0.3.1.2), whatever units before it hold. ``relaid_store`` with the units of six entries in the middle
+    of its second data file zeroed, and an entry header of its third broken (its pos): the third-from-last file's first
+    entry matches its unit, so the recovery starts there and keeps the log; `mqtool dump` reads on past that header (the
+    record inside served). Before: the units were taken up to the first all-zero one, the pre-check failed back to the
+    second file, and the next start was said to cut the log at that header, dropping 478 messages (dump: 222 of 700)."""
+    from mqtool.store.dledgerstart import data_recovery
+
+    root, placed = relaid_store(tmp_path, "4.9.7")
+    in_second = [(msg["dledgerEntry"]["index"], pos) for msg, pos in placed if 1 << 18 <= pos < 2 << 18]
+    hole = in_second[len(in_second) // 2][0]
+    _patch(root / "dledger-n0" / "index" / f"{0:020d}", (hole - 3) * 32, bytes(6 * 32))
+    third = [pos for _, pos in placed if 2 << 18 <= pos < 3 << 18]
+    broken = third[len(third) // 2]
+    _patch(root / "dledger-n0" / "data" / f"{2 << 18:020d}", broken - (2 << 18) + 24, (broken + 1).to_bytes(8, "big"))
+    with Store.open(root) as store:
+        files = store.commitlog.entry_segments()
+        assert store.commitlog.segments[data_recovery(store.commitlog).start_file] == files[-3]
+    done = _cli("dump", root, "--format", "jsonl")
+    assert [json.loads(line)["offset"] for line in done.stdout.splitlines()] == [pos + 48 for _, pos in placed]
+    assert f"skipped [{broken}, {broken + 48})" in " ".join(done.stderr.split())

@@ -22,10 +22,9 @@ from ..store.records import BodyEncoding
 from ..store import Store
 from ..formats.dledger import ENTRY_HEADER_SIZE
 from ..store.commitlog import ScanEnd, StopReason
-from ..store.dledgerstart import loose_walk
+from ..store.dledgerstart import loose_walk, readable_entry, record_in_broken_entry, walk_resume
 from ..store.nextstart import NextStart, next_start
 from ..store.fastscan import COL_POS, FastScan
-from ..store.resync import resume_after
 from ..store.segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, store_timestamp_at
 from .batches import projected_schema
 from .messages import MessageScan
@@ -199,52 +198,48 @@ class SalvageScan:
         return self.store.is_dledger and cl.is_entry_file(cl.segments[index])
 
     def _entry_report(self, index: int, start: int) -> SegmentReport:
-        """``analyze_segment``'s runs and gaps for a DLedger data file from ``start``: from each entry that describes
-        itself (``resync.resume_after``), the entries a fresh walk takes (``FastScan``, CRC unchecked: ``_read`` skips
-        a bad one) up to the file's blank, the end of its data or the next damage (reference §15.2)."""
+        """``analyze_segment``'s runs and gaps for a DLedger data file from ``start``: the one walk (``FastScan``, CRC
+        unchecked: ``_read`` skips a bad one) from the first entry there that describes itself or whose record does
+        (``dledgerstart.readable_entry``), on past each damage where every readable entry is read on
+        (``dledgerstart.walk_resume`` with ``every``; the record inside an entry whose header alone is broken a run of its
+        own, ``record_in_broken_entry``, as ``loose_walk`` reads it), up to the file's blank or the end of its data
+        (reference §15.2)."""
         cl = self.store.commitlog
         seg = cl.segments[index]
         report = SegmentReport(index, str(seg.path), seg.base_offset, seg.size, start, seg.size)
-        pos = start
-        while True:
-            found = resume_after(cl, seg.base_offset + pos + ENTRY_HEADER_SIZE)
-            entry = None if found is None or found >= seg.end_offset else found - ENTRY_HEADER_SIZE - seg.base_offset
-            pos = self._broken_entries(report, pos, seg.size if entry is None else entry)
-            if entry is None:
-                break
-            run = Run(entry)
-            if run.start > pos:
-                report.gaps.append(Gap(pos, run.start, pos, True))
-            scan = FastScan(cl, seg.base_offset + run.start, seg.end_offset, check_crc=False, stop_on_crc=False)
+        unread = start  # the first byte after the last run
+        at = readable_entry(cl, seg.base_offset + start)
+        while at is not None and at < seg.end_offset:
+            run = Run(at - seg.base_offset)
+            scan = FastScan(cl, at, seg.end_offset, check_crc=False, stop_on_crc=False)
             for batch in scan:
                 run.records += len(batch.rows)
                 run.first_ts = store_timestamp_at(batch.array, int(batch.rows[0, COL_POS])) if run.first_ts is None else run.first_ts
                 run.last_ts = store_timestamp_at(batch.array, int(batch.rows[-1, COL_POS]))
             run.end = scan.end.offset - seg.base_offset
-            report.runs.append(run)
-            if scan.end.is_clean:
+            unread = self._add_run(report, run, unread)
+            if scan.end.is_clean and scan.end.reason != StopReason.ZEROS:  # zeros: a page zeroed, or the end of the data
                 break
-            pos = run.end + 1
+            at = walk_resume(cl, scan.end, every=True)
+            if at is not None and (record := record_in_broken_entry(cl, scan.end, at)) is not None:
+                ts = cl.read_record(record).store_timestamp
+                unread = self._add_run(report, Run(record - seg.base_offset, at - seg.base_offset, 1, first_ts=ts, last_ts=ts), unread)
         return report
 
-    def _broken_entries(self, report: SegmentReport, pos: int, stop: int) -> int:
-        """The records in ``[pos, stop)`` of ``report``'s DLedger data file whose entry header is broken but which
-        describe themselves (``resync.resume_after`` without ``entries``): each a run of its own, the bytes before it a
-        gap (``_read`` walks it as ``loose_walk`` does); returns where the search ended."""
-        cl, base = self.store.commitlog, report.base
-        while (found := resume_after(cl, base + pos, 0, entries=False)) is not None and found < base + stop:
-            record = cl.read_record(found)
-            if found + record.total_size > base + stop:
-                break
-            report.gaps.append(Gap(pos, found - base, pos, True))
-            report.runs.append(Run(found - base, found + record.total_size - base, 1, first_ts=record.store_timestamp,
-                                   last_ts=record.store_timestamp))
-            pos = found + record.total_size - base
-        return pos
+    @staticmethod
+    def _add_run(report: SegmentReport, run: Run, unread: int) -> int:
+        """``run`` into ``report`` when it holds records, the bytes since the last run (``unread``) a gap before it; returns
+        the first byte after the last run."""
+        if not run.records:
+            return unread
+        if run.start > unread:
+            report.gaps.append(Gap(unread, run.start, unread, True))
+        report.runs.append(run)
+        return run.end
 
     def _read(self, stretch: Stretch, walk: FastScan | None = None) -> Iterator[pa.RecordBatch]:
         """The stretch's records through ``read_batches`` (``walk``: given); a bad-CRC record is skipped. A record whose
-        DLedger entry header is broken (``_kept_past``, ``_broken_entries``) is walked by ``dledgerstart.loose_walk``."""
+        DLedger entry header is broken (``_kept_past``, ``_entry_report``) is walked by ``dledgerstart.loose_walk``."""
         start, cl = stretch.start, self.store.commitlog
         if walk is None and self._entry_file(cl.segment_index(start)):  # the entry at ``start - 48`` may be broken
             walk = loose_walk(cl, ScanEnd(start - ENTRY_HEADER_SIZE, StopReason.CORRUPT), stretch.stop)

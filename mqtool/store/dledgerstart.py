@@ -52,19 +52,19 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
     offset = len(cl.segments) - len(files)  # classic segments of a mixed store come first
     if not files:  # recover keeps nothing and returns before reading the checkpoint
         return DataRecovery(offset, ScanEnd(cl.divided_offset, StopReason.NO_SEGMENTS, "no DLedger data file"), -1, 0, None, None)
-    units = {u.number: u for u in cl.index_units()}  # by position, as DLedger reads a unit (index * 32)
+    units = {u.number: u for u in cl.index_units()}  # written: up to the first all-zero unit
     start = max(len(files) - 3, 0)
     for start in range(start, -1, -1):  # recover's pre-check: a file's first entry (at its own pos) against its index unit
         with MappedFile(files[start].path, files[start].base_offset) as mf:
             h = dfmt.decode_entry_header(mf.buf, 0, files[start].base_offset)
-        if entry_problem(h, None) is None and unit_matches(units.get(h.index), h):
+        if entry_problem(h, None) is None and unit_matches(cl.index_unit(h.index), h):
             break
     scan = EntryScan(cl, files[start].base_offset)
     last = rewrite_from = None
     walked = 0
     for walked, header in enumerate(scan, 1):
         last = header
-        if rewrite_from is None and not unit_matches(units.get(header.index), header):
+        if rewrite_from is None and not unit_matches(cl.index_unit(header.index), header):
             rewrite_from = header.index
     last_index = last.index if last is not None else -1
     committed = cl.layout.committed_index
@@ -92,7 +92,7 @@ def reput_start(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[int, str]:
     return start, why + (f", and doReput to the log's min offset {start}" if start != first else "")
 
 
-def walk_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:
+def walk_resume(cl: DLedgerCommitLog, end: ScanEnd, *, every: bool = False) -> int | None:
     """Where a record walk that stopped at ``end`` goes on in the data DLedger's recovery keeps:
     ``recover`` checks entry headers only, from its start file on (§15.4), so past an entry whose
     record alone is damaged (zeros included: resumed after the entry) or damage in a data file
@@ -102,26 +102,59 @@ def walk_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:
     exist the classic commit log of a mixed store (§15.5) is never recovered (``DLedgerCommitLog.recover``
     @4.5.1-5.1.4, ``dledgerRecoverNormally``/``Abnormally`` @5.2.0-5.3.3: DLedger's recovery alone), so
     past damage there the broker keeps it whole (resumed at the next record start: ``resync.resume_after``).
-    None at or past where ``recover`` stops, at a requested limit, or in a classic log without DLedger data."""
+    None at or past where ``recover`` stops, at a requested limit, or in a classic log without DLedger data.
+    With ``every`` (``salvage``: every readable entry, wherever the broker's recovery cuts), in a DLedger data file only:
+    after a sound entry header at the next entry, else where the record inside ends when it describes itself (the
+    header alone broken, ``record_in_broken_entry``), else at the next entry that describes itself or whose record does
+    (``readable_entry``, the one resynchronisation, not ``index/``); None at a requested limit or past the file's last."""
     index = cl.segment_index(end.offset)
     if end.reason in (StopReason.LIMIT, StopReason.SEGMENT_END, StopReason.BLANK_LAST, StopReason.NO_SEGMENTS) or index is None:
         return None
     seg = cl.segments[index]
-    if end.reason == StopReason.ZEROS and index == len(cl.segments) - 1 and cl.is_entry_file(seg):
-        return None  # where the written data ends: ``recover`` stops at these zeros, or before them
-    if end.offset >= data_recovery(cl).end.offset:
-        return None
     if not cl.is_entry_file(seg):
-        from .resync import resume_after
-
-        return resume_after(cl, end.offset + 1) if cl.entry_segments() else None
+        return None if every else _classic_resume(cl, end)
+    if not every and ((end.reason == StopReason.ZEROS and index == len(cl.segments) - 1) or end.offset >= data_recovery(cl).end.offset):
+        return None  # where the written data ends (``recover`` stops at these zeros, or before them), or where it cuts
     if end.offset + dfmt.ENTRY_HEADER_SIZE <= seg.end_offset:
         with MappedFile(seg.path, seg.base_offset) as mf:
             header = dfmt.decode_entry_header(mf.buf, end.offset - seg.base_offset, seg.base_offset)
         if entry_problem(header, None) is None and end.offset + header.size <= seg.end_offset:
             return end.offset + header.size
+    if every:
+        record = _self_described(cl, end.offset + dfmt.ENTRY_HEADER_SIZE)
+        if record is not None and end.offset + dfmt.ENTRY_HEADER_SIZE + record.total_size <= seg.end_offset:
+            return end.offset + dfmt.ENTRY_HEADER_SIZE + record.total_size
+        return readable_entry(cl, end.offset + 1)
     indexed = cl.indexed_entry_after(end.offset)
     return indexed if indexed is not None and indexed < data_recovery(cl).end.offset else seg.end_offset
+
+
+def _classic_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:
+    """``walk_resume`` in the classic commit log of a mixed store: the next record start, once DLedger data exist."""
+    if end.offset >= data_recovery(cl).end.offset or not cl.entry_segments():
+        return None
+    from .resync import resume_after
+
+    return resume_after(cl, end.offset + 1)
+
+
+def readable_entry(cl: DLedgerCommitLog, offset: int) -> int | None:
+    """The first entry position at or after ``offset`` in its data file where the entry header describes itself or the record
+    inside does (``resync.resume_after``, with and without ``entries``: the header alone broken), or None."""
+    from .resync import resume_after
+
+    seg = cl.segments[cl.segment_index(offset)]
+    found = (resume_after(cl, offset + dfmt.ENTRY_HEADER_SIZE), resume_after(cl, offset + dfmt.ENTRY_HEADER_SIZE, 0, entries=False))
+    return min((f - dfmt.ENTRY_HEADER_SIZE for f in found if f is not None and f < seg.end_offset), default=None)
+
+
+def _self_described(cl: DLedgerCommitLog, at: int) -> clfmt.CommitLogRecord | None:
+    """The message record at ``at`` when it decodes and its PHYSICALOFFSET is ``at``, else None."""
+    try:
+        record = cl.read_record(at)
+    except (FormatError, LookupError):
+        return None
+    return record if record.phys_offset == at else None
 
 
 def record_in_broken_entry(cl: DLedgerCommitLog, end: ScanEnd, resume: int) -> int | None:
@@ -134,11 +167,8 @@ def record_in_broken_entry(cl: DLedgerCommitLog, end: ScanEnd, resume: int) -> i
     index = cl.segment_index(end.offset)
     if end.reason == StopReason.CRC or index is None or not cl.is_entry_file(cl.segments[index]) or at >= resume:
         return None
-    try:
-        record = cl.read_record(at)
-    except (FormatError, LookupError):
-        return None
-    return at if record.phys_offset == at and at + record.total_size == resume else None
+    record = _self_described(cl, at)
+    return at if record is not None and at + record.total_size == resume else None
 
 
 def loose_walk(cl, end: ScanEnd, resume: int, **options):

@@ -218,14 +218,20 @@ class SplitScan:
     def _damaged_first_entry(self, found: int | None) -> int | None:
         """Where this DLedger split's records begin: the first entry ``index/`` places in it (``DLedgerMmapFileStore.get``,
         §15.4) when the resynchronisation (``find_split_start``: ``found``) passed it, the split before stops there, and the
-        walk stops at it at damage its broker keeps (``resume``): a header alone broken (the record inside is read,
-        ``_loose``) or a damaged record, maybe followed by more. This split owns it and reads on from it as ``mqtool dump``
-        does; else ``found``."""
+        entry's header alone is broken, its broker keeping it (``resume``) and serving the record inside (``_loose``,
+        ``dledgerstart.record_in_broken_entry``). This split owns it and reads on from it as ``mqtool dump`` does; else
+        ``found``. A unit of a stale ``index/`` that places no such entry there (its pos inside an entry, or past a cut) is
+        no entry start: this split begins at ``found`` and ``check_splits`` reads the damage before it as dump does."""
+        from .dledgerstart import record_in_broken_entry
+
         split, base = self.split, self.split.base_offset
-        at = split.served.commitlog.indexed_entry_after(base + split.start - 1)
+        cl = split.served.commitlog
+        at = cl.indexed_entry_after(base + split.start - 1)
         if at is None or at >= base + (split.end if found is None else found):
             return found
-        return at - base if split.resume(split.end_at(at)) is not None else found
+        end = split.end_at(at)
+        resumed = split.resume(end)
+        return at - base if resumed is not None and record_in_broken_entry(cl, end, resumed) is not None else found
 
     def _counted(self, batches: Iterable[fs.SegmentBatch]) -> Iterator[fs.SegmentBatch]:
         """``batches`` as they are, counted into ``first`` and ``records``."""
@@ -386,6 +392,9 @@ def cut_logs(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], 
             stop = _chain_stop(split, ends.get(key))
             if stop is None:
                 continue
+            steps, stop = _read_past(key, split, stop)
+            if damage is not None:
+                damage += steps
             if key != order[-1] and split.reads_past(stop):
                 if damage is not None:  # the broker never reads it, or --keep-going: the log goes on in the next segment
                     damage.append(Damage(key, stop, segments[order[i + 1]][0].chain_start))
@@ -394,6 +403,21 @@ def cut_logs(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], 
             if damage is not None and not stop.is_clean:  # zeros: where the written data ends, no damage
                 damage.append(Damage(key, stop, None))
     return cut
+
+
+def _read_past(key: Hashable, split: Split, stop: ScanEnd) -> tuple[list[Damage], ScanEnd]:
+    """From damage ``stop`` where a segment's chain of records ends, the ranges read past inside the segment, one at a time
+    as ``mqtool dump`` reads them (``Split.resume``: adjacent damaged DLedger entries, a stale ``index/``), up to the damage
+    the read stops at or goes on past to a record, the end of the written data or the next segment: ``(ranges, that
+    damage)``. Where the split owning them read no record, no row carries them (``SplitScan.skipped``)."""
+    steps = []
+    while (resumed := split.resume(stop)) is not None and resumed < split.base_offset + split.size:
+        following = split.end_at(resumed)
+        if following.is_clean:  # a record (``LIMIT``), zeros or a blank: the read goes on, as ``cut_logs`` says
+            break
+        steps.append(Damage(key, stop, resumed))
+        stop = following
+    return steps, stop
 
 
 def _chain_stop(split: Split, chain_end: int | None) -> ScanEnd | None:
