@@ -924,7 +924,7 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: St
     if store is None:
         return kept
     cl = recover.commitlog
-    if last_timestamp is not None and cl is not None and cl.end_is_damage and cl.last_valid_offset >= 0:  # the log it cuts ends there
+    if last_timestamp is not None and cl is not None and cl.end_is_damage and cl.last_valid_offset >= 0 and not store.is_dledger:  # it cuts
         last_timestamp = store.commitlog.read_record(cl.last_valid_offset).store_timestamp
     if last_timestamp is not None and (checkpoint or store.checkpoint is not None):  # verify's check on the checkpoint it leaves
         after = cpfmt.StoreCheckpoint(**recover.checkpoint.after) if checkpoint else store.checkpoint
