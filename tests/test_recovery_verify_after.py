@@ -314,21 +314,11 @@ def test_repairs_table_reads_the_bak_beside_a_consumer_offsets_fifo_it_moves_out
     assert rows(after) == rows(plan["remaining"])
 
 
-@pytest.mark.parametrize("version", ("4.9.7", "5.3.3", "4.4.0", "3.2.6"))
-@pytest.mark.parametrize("lose", ("folder", "entries"))
-def test_repairs_table_places_consumer_offsets_against_the_rebuild_after_a_crash(version, lose, tmp_path):
-    """A crashed store (``crashed-small``: abort file) whose checkpoint is later than every record, so the abnormal recovery
-    scans the last segment alone, with a body CRC flipped there (the recovery cuts at it), TopicTest/1's consume queue lost
-    (its folder) or cut to 10 entries, and a consumerOffset.json committing every queue's message count: ``repair`` rebuilds
-    TopicTest/1 after the recovery, and its table places the offsets against the queues the recovery cuts and the rebuild
-    ends at the cut, as verify reports them after ``repair --yes``."""
+def _crashed_after_its_checkpoint(version, tmp_path):
+    """A copy of ``crashed-small`` (abort file) whose checkpoint is later than every record, so the abnormal recovery of 3.2.6-5.3.1
+    scans the last segment alone, and a consumerOffset.json committing every queue's message count."""
     import json
     from collections import Counter
-
-    from test_load_strays import run
-
-    def rows(found):
-        return sorted((f["kind"], f["severity"], f["file"], f["message"]) for f in found if f["severity"] != "info")
 
     made = manifest(version, "crashed-small")
     root = copy_store(version, "crashed-small", tmp_path)
@@ -341,6 +331,26 @@ def test_repairs_table_places_consumer_offsets_against_the_rebuild_after_a_crash
     later = max(m["storeTimestamp"] for m in made["messages"]) + 10_000
     cp = cpfmt.decode_checkpoint((root / "checkpoint").read_bytes())
     (root / "checkpoint").write_bytes(cpfmt.encode_checkpoint(cp._replace(physic_msg_timestamp=later, logics_msg_timestamp=later)))
+    return root
+
+
+@pytest.mark.parametrize("version", ("4.9.7", "5.3.3", "4.4.0", "3.2.6"))
+@pytest.mark.parametrize("lose", ("folder", "entries"))
+def test_repairs_table_places_consumer_offsets_against_the_rebuild_after_a_crash(version, lose, tmp_path):
+    """A crashed store (``crashed-small``: abort file) whose checkpoint is later than every record, so the abnormal recovery
+    scans the last segment alone, with a body CRC flipped there (the recovery cuts at it), TopicTest/1's consume queue lost
+    (its folder) or cut to 10 entries, and a consumerOffset.json committing every queue's message count: ``repair`` rebuilds
+    TopicTest/1 after the recovery, and its table places the offsets against the queues the recovery cuts and the rebuild
+    ends at the cut, as verify reports them after ``repair --yes``."""
+    import json
+
+    from test_load_strays import run
+
+    def rows(found):
+        return sorted((f["kind"], f["severity"], f["file"], f["message"]) for f in found if f["severity"] != "info")
+
+    made = manifest(version, "crashed-small")
+    root = _crashed_after_its_checkpoint(version, tmp_path)
     offset, size = made["messages"][len(made["messages"]) * 19 // 20]["commitLogOffset"], made["storeConfig"]["mappedFileSizeCommitLog"]
     seg = root / "commitlog" / f"{offset // size * size:020d}"
     data = bytearray(seg.read_bytes())
@@ -359,3 +369,79 @@ def test_repairs_table_places_consumer_offsets_against_the_rebuild_after_a_crash
     assert run("repair", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "b").exit_code in (0, 1)
     after = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)["findings"]
     assert rows(after) == rows(plan["remaining"])
+
+
+def _tables_and_verify_after(root, version, tmp_path):
+    """``recover``'s and ``repair``'s tables of ``root``, and verify's findings after each with ``--yes`` (repair on a copy)."""
+    import json
+
+    from test_load_strays import run
+
+    copy = shutil.copytree(root, tmp_path / "copy", symlinks=True)
+    table = json.loads(run("recover", root, "--broker-version", version, "--format", "json").stdout)["verify_after"]
+    remaining = json.loads(run("repair", root, "--broker-version", version, "--format", "json").stdout)["remaining"]
+    assert run("recover", root, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "b1").exit_code in (0, 1)
+    after_recover = json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)["findings"]
+    assert run("repair", copy, "--yes", "--broker-version", version, "--backup-dir", tmp_path / "b2").exit_code in (0, 1)
+    after_repair = json.loads(run("verify", copy, "--broker-version", version, "--format", "json").stdout)["findings"]
+    return table, after_recover, remaining, after_repair
+
+
+def _rows(found):
+    return sorted((f["kind"], f["severity"], f["file"], f["offset"], f["message"]) for f in found if f["severity"] != "info")
+
+
+@pytest.mark.parametrize("version, segment", [(v, "kept") for v in ("4.9.7", "5.3.3", "4.4.0", "3.2.6")]
+                         + [(v, "deleted") for v in ("4.9.7", "5.3.3", "3.2.6")])  # (4.4.0's second segment is its last)
+def test_the_tables_after_a_crash_whose_recovery_scans_the_last_segment(version, segment, tmp_path):
+    """``_crashed_after_its_checkpoint`` (its second segment deleted too: the recovery never reads it): ``recover``'s table equals
+    verify after ``recover --yes``, ``repair``'s verify after ``repair --yes``. Before: ``recover``'s listed checkpoint-ahead for
+    logicsMsgTimestamp, which the recovery rewrites, and left out the index-keys-missing of the records before its start, whose
+    index file it deletes (``IndexService.load``) and does not re-index."""
+    root = _crashed_after_its_checkpoint(version, tmp_path)
+    if segment == "deleted":
+        size = manifest(version, "crashed-small")["storeConfig"]["mappedFileSizeCommitLog"]
+        (root / "commitlog" / f"{size:020d}").unlink()
+    table, after_recover, remaining, after_repair = _tables_and_verify_after(root, version, tmp_path)
+    assert any(f["kind"] == "index-keys-missing" and f["offset"] == 0 for f in after_recover)
+    assert _rows(table) == _rows(after_recover)
+    assert _rows(remaining) == _rows(after_repair)
+
+
+@pytest.mark.parametrize("version", ("4.9.7", "5.3.3", "4.4.0", "3.2.6"))
+def test_the_tables_say_what_they_leave_out_where_the_start_after_the_recovery_reads_damage(version, tmp_path):
+    """``_crashed_after_its_checkpoint`` with TopicTest/1's queue folder lost and a body CRC flipped half-way into the second segment.
+    3.2.6-5.3.1's recovery scans the last segment alone, and, the abort file gone, their next start scans from the third-last
+    segment left (4.9.7's third of four, 3.2.6's first of three), reads the flipped CRC and cuts the log there: ``repair``'s
+    rebuild of TopicTest/1 ends there too, and the tables list what verify reports after ``--yes`` before that cut, with a
+    ``not-predicted`` row at it for what verify finds from there on (4.4.0 has two segments: the CRC is in the last, where the
+    recovery itself cuts; 5.3.3 starts from the consume queues' max offset). ``recover``'s row for TopicTest/1's missing entries,
+    which it re-dispatches from its start on, says that verify's rows for the queue are not predicted. Before: no such rows;
+    the CRC row said the next start does not read it; repair's table placed TopicTest/1's committed offset against the rebuild
+    of the whole log (max 140, not 61); a recovery's cut (4.4.0) left physicMsgTimestamp's row judged against the log's last message."""
+    made = manifest(version, "crashed-small")
+    size = made["storeConfig"]["mappedFileSizeCommitLog"]
+    root = _crashed_after_its_checkpoint(version, tmp_path)
+    offset = next(m["commitLogOffset"] for m in made["messages"] if m["commitLogOffset"] >= size + size // 2)
+    seg = root / "commitlog" / f"{offset // size * size:020d}"
+    data = bytearray(seg.read_bytes())
+    data[offset % size + BODY_CRC] ^= 0x01
+    seg.write_bytes(data)
+    shutil.rmtree(root / "consumequeue" / "TopicTest" / "1")
+    table, after_recover, remaining, after_repair = _tables_and_verify_after(root, version, tmp_path)
+    cut = version in ("4.9.7", "3.2.6")
+    for rows in (table, remaining):
+        assert [(e["offset"], e["lost_data"]) for e in rows if e["kind"] == "not-predicted"] == ([(offset, True)] if cut else [])
+
+    def before_cut(found):
+        return [f for f in found if f["kind"] != "not-predicted" and (not cut or f["offset"] is None or f["offset"] < offset)]
+
+    def of_topic_test_1(f):
+        return f["kind"].startswith("cq-") and " of TopicTest/1 " in f["message"]
+
+    said = [e["fixed_by"] for e in table if of_topic_test_1(e) and "rows for this queue after it are not predicted" in e["message"]]
+    assert said == ["rebuild-cq"]
+    assert _rows(e for e in before_cut(table) if not of_topic_test_1(e)) == _rows(f for f in before_cut(after_recover)
+                                                                                    if not of_topic_test_1(f))
+    assert _rows(before_cut(remaining)) == _rows(before_cut(after_repair))
+    assert any(" on TopicTest/1 " in f["message"] for f in before_cut(after_repair) if f["kind"] == "consumer-offset-range")

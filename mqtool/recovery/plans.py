@@ -316,3 +316,4 @@ class PlanOptions:
     respect_topic_config: bool = False
     queues: frozenset[tuple[str, int]] | None = None  # rebuild-cq: only these (topic, queue id) (repair)
     keep_placed: bool = False  # recover: every queue's placed units kept readable (``QueueSim.keep_placed``: survivors reads them)
+    scan_from: int | None = None  # rebuild-cq: where the recovery before it scans from (``repair``'s, after its recovery)

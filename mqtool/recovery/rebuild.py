@@ -43,10 +43,12 @@ class RebuildScan:
     DLedger data goes on past damage DLedger's recovery keeps (``CommitLog.resume_after_damage``).
     ``end`` and ``skipped`` are set once iterated."""
 
-    def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool, scans: SharedScans | None = None):
+    def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool, scans: SharedScans | None = None,
+                 start: int | None = None):
         self.store, self.rules, self.topics, self.index, self.scans = store, rules, topics, index, scans
         self.discipline = "served"  # the index and queues of the records the broker serves
-        self.start = recovery_start(store, rules).offset  # where the broker's recovery starts scanning (a segment's first offset)
+        # where the broker's recovery starts scanning (a segment's first offset; ``start``: ``PlanOptions.scan_from``)
+        self.start = recovery_start(store, rules).offset if start is None else start
         self.notes = []
         if store.abort_present:
             self.notes.append("the abort file is present (the broker did not stop cleanly): consider `mqtool recover` first; rebuilding up to the end abnormal recovery would find")
@@ -119,7 +121,7 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
     version, source = store_version(store)
     rules = VersionRules(version)
     topics = topic_table(scans, cache)
-    scanner = RebuildScan(store, rules, topics, index=False, scans=scans)
+    scanner = RebuildScan(store, rules, topics, index=False, scans=scans, start=options.scan_from)
     allowed = None  # --respect-topic-config: the topics of ``config/topics.json``
     if options.respect_topic_config:
         doc = store.config_file("topics.json")

@@ -34,13 +34,16 @@ from ..store.lookup import QueueRange
 from ..store.consumequeue import discover_queues, infer_queue_file_size, queue_id_of
 from ..store.index import index_strays
 from ..store.mappedfile import CREATED, INDEX_SERVICE, OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
-from ..store.nextstart import ERA_INDEX, OPENED_FIRST, refused_by, unusable
+from ..store.commitlog import ScanEnd
+from ..store.nextstart import ERA_INDEX, OPENED_FIRST, dropped_after, refused_by, unusable
+from ..store.startfile import ScanStart, recovery_start
+from ..store.summary import logical_end
 from ..store.rules import ERAS
 from ..store.version import eras_label
 from ..store.timer import RecoveredWheel, TimerLog, TimerLogEnd, TimerLogListing, TimerStore, chain_break, cut_at, recovered_wheel
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.lmq import adjacent_runs, lmq_queue_dirs
-from ..verify.state import config_file_findings, consumer_offset_findings
+from ..verify.state import checkpoint_ahead_findings, config_file_findings, consumer_offset_findings
 from .plans import PlanOptions
 from .plans import Action, CheckpointPlan, Expected, Plan, _from_json_value, _to_json_value
 from .planners import plan_rebuild_cq, plan_rebuild_index  # under every candidate version, as the commands plan
@@ -849,8 +852,8 @@ def steps_of(t: Triage) -> list[RepairStep]:
 # ---- 3. the plans of the steps beyond the broker ----------------------------------------------
 
 
-def plan_queue_rebuild(store: Store, queues: Iterable[tuple[str, int]]) -> Plan:
-    return dataclasses.replace(plan_rebuild_cq(store, PlanOptions(queues=frozenset(queues))), command="repair")
+def plan_queue_rebuild(store: Store, queues: Iterable[tuple[str, int]], scan_from: int | None = None) -> Plan:
+    return dataclasses.replace(plan_rebuild_cq(store, PlanOptions(queues=frozenset(queues), scan_from=scan_from)), command="repair")
 
 
 def plan_index_rebuild(store: Store) -> Plan:
@@ -886,9 +889,12 @@ def plan_state_fixes(store: Store, t: Triage) -> Plan | None:
 # ---- what verify reports after the broker's recovery -------------------------------------------
 
 
-def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: Store | None = None) -> list[Finding]:
+def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: Store | None = None,
+                           last_timestamp: int | None = None) -> list[Finding]:
     """The findings of ``verify`` today that the broker's recovery ``recover`` leaves in place; with ``store``, its
-    ``consumer-offset-range`` placed against the queues the recovery leaves (``recovered_offset_findings``)."""
+    ``checkpoint-ahead`` judged on the checkpoint the recovery persists (``last_timestamp``: the last valid message's),
+    its ``index-keys-missing`` before the recovery's re-indexing (``_unindexed_after``) and its ``consumer-offset-range``
+    placed against the queues the recovery leaves (``recovered_offset_findings``)."""
     end = recover.commitlog.valid_end if recover.commitlog is not None else None
     dropped = {f"index/{f.name}" for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
     cq_from = min((p.start for p in recover.dispatch if p.consume_queues), default=None)
@@ -914,8 +920,61 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: St
             or (f.kind in ("checkpoint-missing", "checkpoint-size", "checkpoint-empty") and checkpoint)
         )
 
-    kept = [f for f in findings if not removes(f)]
-    return kept if store is None else recovered_offset_findings(store, kept, recover)
+    kept = [_partly_redispatched(f, cq_from) for f in findings if not removes(f)]
+    if store is None:
+        return kept
+    cl = recover.commitlog
+    if last_timestamp is not None and cl is not None and cl.end_is_damage and cl.last_valid_offset >= 0 and not store.is_dledger:  # it cuts
+        last_timestamp = store.commitlog.read_record(cl.last_valid_offset).store_timestamp
+    if last_timestamp is not None and (checkpoint or store.checkpoint is not None):  # verify's check on the checkpoint it leaves
+        after = cpfmt.StoreCheckpoint(**recover.checkpoint.after) if checkpoint else store.checkpoint
+        kept = _replaced(kept, "checkpoint-ahead", lambda f: True, list(checkpoint_ahead_findings(after, last_timestamp)))
+    if (unindexed := _unindexed_after(store, recover, ix_from)) is not None:
+        kept = _replaced(kept, "index-keys-missing", lambda f: ix_from is None or f.offset < ix_from, unindexed)
+    return recovered_offset_findings(store, kept, recover)
+
+
+def _partly_redispatched(f: Finding, cq_from: int | None) -> Finding:
+    """``f``, or of a ``cq-entry-missing`` run the recovery re-dispatches from ``cq_from`` on (its records from there get their
+    entries), a row that says so: verify's rows for that queue after it (the records before, as the queue the recovery writes and
+    the start after it judge them; the entries it writes) are not predicted here."""
+    d = f.details or {}
+    if (f.kind != "cq-entry-missing" or cq_from is None or f.offset is None or "first_queue_offset" not in d or "reput_resumes_at" in d
+            or not f.offset < cq_from <= d.get("last_offset", -1)):
+        return f
+    return dataclasses.replace(f, message=(
+        f"records of {d['topic']}/{d['queue_id']} before {cq_from} still have no consume queue entry after this recovery, which "
+        f"re-dispatches it from {cq_from} on (today {d['records']} records, "
+        f"queue offsets {d['first_queue_offset']}..{d['last_queue_offset']}, "
+        f"commit log {f.offset}..{d['last_offset']}); verify's rows for this queue after it are not predicted here"))
+
+
+def _replaced(findings: list[Finding], kind: str, which: Callable[[Finding], bool], new: list[Finding]) -> list[Finding]:
+    """``findings`` with those of ``kind`` that ``which`` selects replaced by ``new``, where the first of them was (else the end)."""
+    gone = [id(f) for f in findings if f.kind == kind and which(f)]
+    at = next((i for i, f in enumerate(findings) if id(f) in gone), len(findings))
+    rest = [f for f in findings if id(f) not in gone]
+    return rest[:at] + new + rest[at:]
+
+
+def _unindexed_after(store: Store, recover: Plan, ix_from: int | None) -> list[Finding] | None:
+    """The ``index-keys-missing`` verify reports after ``recover`` for the records before ``ix_from``, where it re-indexes from
+    (None: none), when it deletes index files (``IndexService.load`` after an abnormal exit, newer than indexMsgTimestamp):
+    verify's index check on those records with those files gone (rules §6; the plan's note says their entries are lost).
+    None where it deletes none or re-indexes every record."""
+    dropped = {f.name for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
+    if not dropped or store.unreadable_index is not None or (ix_from is not None and ix_from <= store.commitlog.min_offset):
+        return None
+    cached = store.__dict__.get("index_files")
+    store.index_files = [f for f in store.index_files if f.path.name not in dropped]
+    try:
+        run = Verification(store, VerifyOptions(checks=("index",), to_offset=ix_from))
+        return [f for f in run.findings() if f.kind == "index-keys-missing"]
+    finally:
+        if cached is None:
+            del store.index_files
+        else:
+            store.index_files = cached
 
 
 def recovered_offset_findings(store: Store, findings: list[Finding], recover: Plan, *later: Plan) -> list[Finding]:
@@ -1010,9 +1069,10 @@ def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan,
     """The findings the file fixes (``_file_fixes_of``, which ``repair`` applies first) remove, marked with their step, then
     ``expected_after`` of those the recovery leaves."""
     findings, run = verified
-    fixed = file_fix_steps(findings, *_file_fixes_of(store, findings))
-    left = triage(predict_after_recovery([f for f in findings if id(f) not in fixed], recover, store), run.last_timestamp)
-    return [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + expected_after(left)
+    fixed, cut = file_fix_steps(findings, *_file_fixes_of(store, findings)), next_start_cut(store, recover, findings)
+    left = triage(before_cut(predict_after_recovery([f for f in findings if id(f) not in fixed], recover, store, run.last_timestamp), cut),
+                  run.last_timestamp)
+    return [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + expected_after(left) + unpredicted(store, cut)
 
 
 def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None], Plan], *, before_verify: Callable[[], None] | None = None) -> Plan:
@@ -1085,26 +1145,71 @@ def _left_by_file_fixes(store: Store, findings: list[Finding], fixed: dict[int, 
     return [g for f in findings for g in after(f)]
 
 
-def _rebuild_of(store: Store, queues: Iterable[tuple[str, int]]) -> list[Plan]:
-    """The predicted ``rebuild-cq`` step's plan of ``queues``, made on the store as it is (the recovery cuts the log where the
-    rebuild's walk ends, ``rebuild.RebuildScan``); none where it cannot be planned (the candidate versions' plans differ, a
-    record it refuses: the step, planned again when applied, then says so), the rows then placed after the recovery alone."""
+def _rebuild_of(store: Store, queues: Iterable[tuple[str, int]], recover: Plan) -> list[Plan]:
+    """The predicted ``rebuild-cq`` step's plan of ``queues``, made on the store as it is, its walk ending where the start after
+    ``recover`` ends the log (``rebuild.RebuildScan`` from ``start_after_recovery``); none where it cannot be planned (the candidate
+    versions' plans differ, a record it refuses: the step, planned again when applied, then says so), the rows then placed after
+    the recovery alone."""
+    start = start_after_recovery(store, recover)
     try:
-        return [plan_queue_rebuild(store, queues)]
+        return [plan_queue_rebuild(store, queues, start.offset if start is not None else None)]
     except (Refused, BadInput):
         return []
+
+
+def start_after_recovery(store: Store, recover: Plan) -> ScanStart | None:
+    """Where the broker's start after ``recover`` scans from, when ``recover`` is an abnormal recovery that removes the abort
+    file of a 3.2.6-5.3.1 classic store: its normal recovery from the third-last segment of those ``recover`` leaves
+    (``startfile.recovery_start``), which may lie before the segment ``recover`` scanned from. None otherwise (5.3.2+ start from
+    the consume queues' max offset, which the recovery's re-dispatch leaves in its own range)."""
+    cl = recover.commitlog
+    if cl is None or recover.mode != "abnormal" or not recover.remove_abort or store.is_dledger or store.rules.normal_start_from_cq_max:
+        return None
+    left = [seg for seg in store.commitlog.segments if seg.path.name not in cl.delete_segments]
+    return recovery_start(store, store.rules, mode="normal", segments=left) if left else None
+
+
+def next_start_cut(store: Store, recover: Plan, findings: list[Finding]) -> tuple[ScanStart, ScanEnd] | None:
+    """(start, end) of the broker's start after ``recover`` (``start_after_recovery``) where it reads damage ``recover`` does not
+    and ends the log there, before ``recover``'s valid end (``summary.logical_end``, the next start's walk); else None. Walked
+    only where verify's ``findings`` today have damage between that start and ``recover``'s."""
+    start = start_after_recovery(store, recover)
+    if start is None or not any(f.kind in LOST_KINDS and f.offset is not None and start.offset <= f.offset < recover.commitlog.scan_from
+                                for f in findings):
+        return None
+    end = logical_end(store, start.offset, stop=recover.commitlog.valid_end)[1]
+    return (start, end) if end.offset < recover.commitlog.valid_end and not end.is_clean else None
+
+
+def before_cut(findings: list[Finding], cut: tuple[ScanStart, ScanEnd] | None) -> list[Finding]:
+    """``findings`` without those at or after the end ``cut`` (``next_start_cut``) makes: not predicted (``unpredicted``)."""
+    return findings if cut is None else [f for f in findings if f.offset is None or f.offset < cut[1].offset]
+
+
+def unpredicted(store: Store, cut: tuple[ScanStart, ScanEnd] | None) -> list[Expected]:
+    """The row that says what the table leaves out where the start after the recovery ends the log at damage (``next_start_cut``):
+    what verify then finds from that end on (the damage, read now, and the records the start drops)."""
+    if cut is None:
+        return []
+    (start, end), rules = cut, store.rules
+    index = store.commitlog.segment_index(end.offset)
+    file = None if index is None else os.path.relpath(store.commitlog.segments[index].path, store.root)
+    return [Expected("not-predicted", "error", file, end.offset,
+                     f"and what verify finds from {end.offset} on, not predicted here: the broker's start after this recovery scans from "
+                     f"{start.offset}, its {start.rule}, before this recovery's start, ends the log at {end.offset} ({end.reason}: "
+                     f"{end.detail}) and drops {dropped_after(store, end.offset, rules)} message(s) after it", True)]
 
 
 def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep], files: Plan | None, recover: Plan,
                    last_timestamp: int | None) -> tuple[list[RepairStep], list[Expected]]:
     """The steps ``repair`` predicts after the file fixes (``steps``, ``files``) and the recovery ``recover`` of ``store``, from
     verify's ``findings`` today, and what verify still reports after them (its "will still report" table)."""
-    fixed = file_fix_steps(findings, steps, files)
-    kept = predict_after_recovery(_left_by_file_fixes(store, findings, fixed, files), recover, store)
+    fixed, cut = file_fix_steps(findings, steps, files), next_start_cut(store, recover, findings)
+    kept = before_cut(predict_after_recovery(_left_by_file_fixes(store, findings, fixed, files), recover, store, last_timestamp), cut)
     t = triage(kept, last_timestamp)
     if t.queues and store.config_file("consumerOffset.json") is not None:  # the rebuild's queue ends, for the offsets' rows
-        t = triage(recovered_offset_findings(store, kept, recover, *_rebuild_of(store, t.queues)), last_timestamp)
-    return steps_of(t), t.lost
+        t = triage(recovered_offset_findings(store, kept, recover, *_rebuild_of(store, t.queues, recover)), last_timestamp)
+    return steps_of(t), t.lost + unpredicted(store, cut)
 
 
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *,

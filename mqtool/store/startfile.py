@@ -83,11 +83,13 @@ def log_recovery_mode(store: Store, rules: VersionRules, mode: str | None = None
     return "normal" if mode == "abnormal" and store.is_dledger and not rules.dledger_abnormal_redispatch else mode
 
 
-def recovery_start(store: Store, rules: VersionRules, *, mode: str | None = None, index_safe: bool | None = None, max_cq_phys_offset: int | None = None) -> ScanStart:
+def recovery_start(store: Store, rules: VersionRules, *, mode: str | None = None, index_safe: bool | None = None,
+                   max_cq_phys_offset: int | None = None, segments: list | None = None) -> ScanStart:
     """Where the broker's start-up recovery scans from (``DefaultMessageStore.recover``): abnormal with
-    the abort file present, else normal. ``mode``, ``index_safe`` (default: the store's config) and the
-    consume queues' max physical offset (default: recovered here) may be given by a planner."""
-    cl, segments = store.commitlog, store.commitlog.segments
+    the abort file present, else normal. ``mode``, ``index_safe`` (default: the store's config), the
+    consume queues' max physical offset (default: recovered here) and a normal recovery's ``segments``
+    (default: the store's; a planner's, those another recovery leaves) may be given by a planner."""
+    cl, segments = store.commitlog, store.commitlog.segments if segments is None else segments
     if not segments:
         return ScanStart(0, 0, "no commit log segment")
     if log_recovery_mode(store, rules, mode) == "abnormal":

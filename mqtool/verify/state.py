@@ -42,6 +42,12 @@ def checkpoint_findings(store: Store, last_timestamp: int | None, records: int) 
             "checkpoint-empty",
             "the checkpoint holds no timestamps although the commit log has messages: an abnormal recovery would rescan from the first segment",
             file="checkpoint", expected="the store time of flushed messages", found=0)
+    yield from checkpoint_ahead_findings(cp, last_timestamp)
+
+
+def checkpoint_ahead_findings(cp: cpfmt.StoreCheckpoint, last_timestamp: int) -> Iterator[Finding]:
+    """``checkpoint-ahead``: a timestamp of ``cp`` later than the last valid message (also of the checkpoint a recovery
+    persists: ``recovery.repair.predict_after_recovery``)."""
     for name, value in (("physicMsgTimestamp", cp.physic_msg_timestamp), ("logicsMsgTimestamp", cp.logics_msg_timestamp)):
         if value > last_timestamp:
             yield warning(
