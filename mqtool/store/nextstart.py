@@ -466,7 +466,8 @@ def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loade
     who = which_do(refusing, eras)
     where = entry.path.relative_to(store.root) if store.root is not None and entry.path.is_relative_to(store.root) else entry.path.name
     unmounted = f"; {UNMOUNTED}" if entry.unmounted else ""
-    return f"{where}: {entry.what}, which {loader} lists: {stray_refused_why(entry, file_size, loader)}{who}{unmounted}"
+    why = stray_refused_why(entry, file_size, loader).removeprefix(f"{loader}: ")  # the loader named once
+    return f"{where}: {entry.what}, which {loader} lists: {why}{who}{unmounted}"
 
 
 def first_stray_refusal(store: Store, strays, loader: str = MAPPED_FILE_QUEUE, eras=None) -> str | None:
