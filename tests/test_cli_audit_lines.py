@@ -11,7 +11,7 @@ from conftest import copy_store
 from typer.testing import CliRunner
 
 from mqtool.cli import app
-from mqtool.errors import EXIT_FINDINGS
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 
 runner = CliRunner()
 
@@ -45,3 +45,31 @@ def test_timercheck_behind_says_where_the_enqueue_resumes_once(tmp_path):
     assert found["message"].startswith("the timer log holds units of messages from timercheck's masterTimerQueueOffset 126 on: "
                                        "the broker's timer recovery resumes rmq_sys_wheel_timer there, before the message of the "
                                        "log's last unit"), found["message"]
+
+
+def test_restores_preview_meets_the_refusal_yes_meets(tmp_path):
+    """``recover --yes``, then ``rebuild-index --yes --backup-dir`` elsewhere. Before: ``restore RECOVERED`` (the preview) said
+    "nothing changed: re-run with --yes to restore", and --yes then refused, saying "changed after the repair" of a recover.
+    Now the preview refuses as --yes does, naming the recover."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    assert run("recover", store, "--yes").exit_code == EXIT_OK
+    (recovered,) = (tmp_path / ".mqtool-backups").iterdir()
+    assert run("rebuild-index", store, "--yes", "--backup-dir", tmp_path / "elsewhere").exit_code == EXIT_OK
+    preview, done = run("restore", recovered), run("restore", recovered, "--yes")
+    said = " ".join(preview.stderr.split())
+    assert preview.exit_code == done.exit_code == EXIT_REFUSED and preview.stderr == done.stderr, preview.stderr
+    assert "changed after the recover by something other than mqtool" in said and "restore that backup first" in said, said
+
+
+def test_a_repairs_backup_of_a_moved_store_is_refused_as_moved(tmp_path):
+    """A repair's backup (stages), its store renamed since. Before: "4 file(s) changed after the repair by something other
+    than mqtool ...: pass --force to restore anyway" (exit 4), every file it touched taken as changed; one apply's backup
+    said to move the store back. Now so does a repair's (exit 3), the preview too."""
+    store = copy_store("4.9.7", "rewrite-clean", tmp_path)
+    assert run("repair", store, "--yes", "--backup-dir", tmp_path / "backup").exit_code == EXIT_OK
+    store.rename(store.with_name("moved"))
+    for args in ((), ("--yes",)):
+        res = run("restore", tmp_path / "backup", *args)
+        said = " ".join(res.stderr.split())
+        assert res.exit_code == EXIT_BAD_INPUT and f"{store}: the store this backup belongs to does not exist" in said, said
+        assert "move the store back there, then restore" in said and "--force" not in said, said
