@@ -73,3 +73,17 @@ def test_a_repairs_backup_of_a_moved_store_is_refused_as_moved(tmp_path):
         said = " ".join(res.stderr.split())
         assert res.exit_code == EXIT_BAD_INPUT and f"{store}: the store this backup belongs to does not exist" in said, said
         assert "move the store back there, then restore" in said and "--force" not in said, said
+
+
+def test_a_wrong_wheel_before_a_short_queue_file_names_the_command_that_fixes_both(tmp_path):
+    """5.3.3 timer-crashed, its timerwheel cut to 1000000 bytes and a consume queue file to 1000. Before: the next start's line
+    said the queue file is one "which `mqtool recover` fixes", and `mqtool recover` then refused ("`mqtool repair` fixes the file
+    first"). The repair that resizes the wheel rewrites the queue file too: the line says so."""
+    root = copy_store("5.3.3", "timer-crashed", tmp_path)
+    os.truncate(root / "consumequeue/TopicTest/1/00000000000000000000", 1000)
+    os.truncate(root / "timerwheel", 1000000)
+    line = json.loads(run("verify", root, "-f", "json").stdout)["summary"]["next_start"]["line"]
+    assert ("once `repair` has resized the wheel, it refuses to start: consumequeue/TopicTest/1/00000000000000000000: 1000 bytes, "
+            "not 20000, which that `repair` fixes too; with that file fixed, it keeps [0, 1262364)") in line, line
+    refused = run("recover", root)
+    assert refused.exit_code == EXIT_BAD_INPUT and "`mqtool repair` fixes the file first" in refused.stderr, refused.stderr
