@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 
 from conftest import copy_store
+from repair_support import mqtool
 from typer.testing import CliRunner
 
+from mqtool.apply import read_pending
 from mqtool.cli import app
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_OK, EXIT_REFUSED
 
@@ -87,3 +90,20 @@ def test_a_wrong_wheel_before_a_short_queue_file_names_the_command_that_fixes_bo
             "not 20000, which that `repair` fixes too; with that file fixed, it keeps [0, 1262364)") in line, line
     refused = run("recover", root)
     assert refused.exit_code == EXIT_BAD_INPUT and "`mqtool repair` fixes the file first" in refused.stderr, refused.stderr
+
+
+def test_an_interrupted_apply_named_from_restore_says_which_command_finishes_it(tmp_path):
+    """``recover --yes``, then ``rebuild-index --yes --backup-dir OTHER`` killed part-way; ``restore`` of the recover backup.
+    Before: "... finish or undo it before restoring another backup: run the command again with --yes to finish it", where
+    the command run was ``restore`` (and info's note said the same). Now it names the command that finishes it, which does."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    assert run("recover", store, "--yes").exit_code == EXIT_OK
+    (recovered,) = (tmp_path / ".mqtool-backups").iterdir()
+    killed = mqtool("rebuild-index", store, "--yes", "--backup-dir", tmp_path / "other", env={"MQTOOL_TEST_KILL_AT": "2"})
+    assert killed.returncode == -signal.SIGKILL and read_pending(store) is not None, killed.stderr
+    finish = f"run `mqtool rebuild-index {store} --yes` to finish it, or undo it with: mqtool restore {tmp_path / 'other'} --yes"
+    for args in ((), ("--yes",)):
+        res = run("restore", recovered, *args)
+        assert res.exit_code == EXIT_REFUSED and finish in " ".join(res.stderr.split()), res.stderr
+    assert finish in " ".join(run("info", store).stderr.split())
+    assert run("rebuild-index", store, "--yes").exit_code == EXIT_OK and read_pending(store) is None

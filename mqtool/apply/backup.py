@@ -624,12 +624,25 @@ def undo_command(backup_dir: Path | str) -> str:
     return f"mqtool restore {shell_path(restore_target(Path(backup_dir)))} --yes"
 
 
+def _applied_command(backup_dir: Path) -> str | None:
+    """The command of the one apply backed up in ``backup_dir``; None for a repair's stage or an unreadable manifest."""
+    if restore_target(backup_dir) != backup_dir:
+        return None
+    try:
+        return json.loads((backup_dir / "manifest.json").read_text()).get("command")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def interrupted_apply_ways(store_root: Path, pending: Path) -> str:
     """How to go on from the apply interrupted in ``store_root`` whose backup is ``pending``: the same command
     with --yes finishes it, ``undo_command`` undoes it. With that backup gone (deleted or moved) neither can
-    run, and every repair command refuses the store: said, with the way to plan again on the store as it is."""
+    run, and every repair command refuses the store: said, with the way to plan again on the store as it is. The command is
+    named where the backup is one apply's (said from ``restore`` or ``info``, "the command" would be theirs)."""
     if Path(pending).exists():
-        return f"run the command again with --yes to finish it, or undo it with: {undo_command(pending)}"
+        command = _applied_command(Path(pending))
+        again = f"run `mqtool {command} {shell_path(store_root)} --yes` to finish it" if command else "run the command again with --yes to finish it"
+        return f"{again}, or undo it with: {undo_command(pending)}"
     return (f"its backup {pending} is gone (deleted or moved: put it back to finish or undo that apply), so the apply can be neither "
             f"finished nor undone and the store holds what it had done; to plan again on the store as it is, remove "
             f"{shell_path(Path(store_root) / PENDING_MARKER)}")
