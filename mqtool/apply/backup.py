@@ -641,8 +641,8 @@ def interrupted_apply_ways(store_root: Path, pending: Path) -> str:
     named where the backup is one apply's (said from ``restore`` or ``info``, "the command" would be theirs)."""
     if Path(pending).exists():
         command = _applied_command(Path(pending))
-        again = f"run `mqtool {command} {shell_path(store_root)} --yes` to finish it" if command else "run the command again with --yes to finish it"
-        return f"{again}, or undo it with: {undo_command(pending)}"
+        again = f"run `mqtool {command} {shell_path(store_root)} --yes`" if command else "run the command again with --yes"
+        return f"{again} to finish it, or undo it with: {undo_command(pending)}"
     return (f"its backup {pending} is gone (deleted or moved: put it back to finish or undo that apply), so the apply can be neither "
             f"finished nor undone and the store holds what it had done; to plan again on the store as it is, remove "
             f"{shell_path(Path(store_root) / PENDING_MARKER)}")
