@@ -397,7 +397,8 @@ def test_a_wheel_of_the_wrong_length_is_said_with_the_refusal_the_start_meets_af
     os.truncate(root / "timerwheel", 1000000)
     line = line_of(root)
     assert line == ("the broker's next start refuses to start: timerwheel: 1000000 bytes, not 38707200, on which TimerWheel's constructor "
-                    f"throws, so BrokerController.initialize fails; then, once `repair` has resized the wheel, it refuses to start: {alone}")
+                    "throws, so BrokerController.initialize fails; then, once `repair` has resized the wheel, it refuses to start: "
+                    + alone.replace(", which `mqtool recover` fixes", ", which that `repair` fixes too"))  # recover refuses: the wheel
     assert json.loads(run("info", root, "--broker-version", "5.3.3", "--format", "json").stdout)["next_start"]["line"] == line
     assert json.loads(run("repair", root, "--broker-version", "5.3.3", "--format", "json").stdout)["next_start"]["line"] == line
 

@@ -161,7 +161,8 @@ def test_an_undamaged_crashed_timer_store_delivers_the_messages_past_timerchecks
     assert units[1] - units[0] == len(enqueued) and 0 < twice < len(enqueued)
     [behind] = [f for f in findings(store_path("5.3.3", "timer-crashed"), "--broker-version", "5.3.3") if f["kind"] == "timercheck-behind"]
     assert (behind["severity"], behind["found"], behind["details"]) == ("info", resumed, {"requeued": True})
-    assert (f"resumes rmq_sys_wheel_timer at timercheck's masterTimerQueueOffset {resumed}, before the message of the log's last unit "
+    assert (f"from timercheck's masterTimerQueueOffset {resumed} on: the broker's timer recovery resumes rmq_sys_wheel_timer there, "
+            "before the message of the log's last unit "
             f"(TimerMessageStore.recover takes the lesser of the two) and enqueues the later messages again, {twice} of them delivered "
             "already or still in the timer log, which it delivers a second time") in behind["message"], behind["message"]
 

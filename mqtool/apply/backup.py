@@ -624,12 +624,25 @@ def undo_command(backup_dir: Path | str) -> str:
     return f"mqtool restore {shell_path(restore_target(Path(backup_dir)))} --yes"
 
 
+def _applied_command(backup_dir: Path) -> str | None:
+    """The command of the one apply backed up in ``backup_dir``; None for a repair's stage or an unreadable manifest."""
+    if restore_target(backup_dir) != backup_dir:
+        return None
+    try:
+        return json.loads((backup_dir / "manifest.json").read_text()).get("command")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def interrupted_apply_ways(store_root: Path, pending: Path) -> str:
     """How to go on from the apply interrupted in ``store_root`` whose backup is ``pending``: the same command
     with --yes finishes it, ``undo_command`` undoes it. With that backup gone (deleted or moved) neither can
-    run, and every repair command refuses the store: said, with the way to plan again on the store as it is."""
+    run, and every repair command refuses the store: said, with the way to plan again on the store as it is. The command is
+    named where the backup is one apply's (said from ``restore`` or ``info``, "the command" would be theirs)."""
     if Path(pending).exists():
-        return f"run the command again with --yes to finish it, or undo it with: {undo_command(pending)}"
+        command = _applied_command(Path(pending))
+        again = f"run `mqtool {command} {shell_path(store_root)} --yes`" if command else "run the command again with --yes"
+        return f"{again} to finish it, or undo it with: {undo_command(pending)}"
     return (f"its backup {pending} is gone (deleted or moved: put it back to finish or undo that apply), so the apply can be neither "
             f"finished nor undone and the store holds what it had done; to plan again on the store as it is, remove "
             f"{shell_path(Path(store_root) / PENDING_MARKER)}")
@@ -658,15 +671,24 @@ def changed_by_others(backups: list[BackupSet]) -> list[str]:
     return [rel for rel, changed in latest.items() if changed]
 
 
-def refuse_changed(changed: list[str]) -> None:
+def refuse_changed(changed: list[str], command: str | None = "repair") -> None:
+    """Refuse a restore that would discard what something other than mqtool wrote since ``command`` applied."""
     if changed:
         named = [f"{rel} (written by every broker start)" if rel == LOCK_FILE else rel for rel in changed]
         shown = ", ".join(named[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
         later = "" if LOCK_FILE in changed else "if a later mqtool command whose backup is in another folder made them, restore that backup first; else "
         raise Refused(
-            f"{len(changed)} file(s) changed after the repair by something other than mqtool ({shown}); restoring would discard those changes: "
+            f"{len(changed)} file(s) changed after the {command or 'apply'} by something other than mqtool ({shown}); "
+            "restoring would discard those changes: "
             f"{later}pass --force to restore anyway"
         )
+
+
+def refuse_moved(root: Path) -> None:
+    """Before any change: a store moved or renamed since its backup was made is no longer where restore puts files back."""
+    if not root.is_dir():
+        raise BadInput(f"{root}: the store this backup belongs to does not exist (moved or renamed since?): restore puts files back at "
+                       "that path only: move the store back there, then restore")
 
 
 def refuse_incomplete(backups: list[BackupSet]) -> None:
@@ -691,12 +713,10 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     deleted). Idempotent, on complete and interrupted applies; refuses when something else changed
     the files the apply left, unless ``force``."""
     root = backup.store_root
-    if not root.is_dir():
-        raise BadInput(f"{root}: the store this backup belongs to does not exist (moved or renamed since?): restore puts files back at "
-                       "that path only: move the store back there, then restore")
+    refuse_moved(root)
     refuse_incomplete([backup])
     if not force and not backup.restored:
-        refuse_changed(backup.changed_since_apply())
+        refuse_changed(backup.changed_since_apply(), backup.manifest.get("command"))
     pending = read_pending(root)
     ours = pending is not None and pending.resolve() == backup.dir.resolve()
     earlier = leftover_temporaries(root) if pending is None or ours else []  # what an earlier run left

@@ -20,7 +20,7 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, newest_first, refuse_changed, refuse_incomplete, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
+from ..apply.backup import REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, newest_first, refuse_changed, refuse_incomplete, refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
 from ..apply.backup import BACKUPS_DIR
 from ..apply.heap import release_free_heap
 from ..fileops import TMP_SUFFIX, write_atomic
@@ -697,7 +697,8 @@ def restore_cmd(
     if stages:
         sets = [BackupSet.open(stage) for stage in stages]
         refuse_incomplete(sets)  # every stage first: a refusal leaves every stage applied
-        if yes and not force:
+        refuse_moved(sets[0].store_root)  # else every file it touched reads as changed since
+        if not force:  # the preview too: "re-run with --yes" would be refused
             _refuse_before_later_backups(backup)
             _refuse_another_pending(sets[0].store_root, backup)
             refuse_changed(changed_by_others(sets))
@@ -737,12 +738,15 @@ def _restore_set(backup: Path, *, yes: bool, force: bool, fmt: OutputFormat, sho
             _note_removed([str(p.relative_to(root)) for p in remove_leftovers(root)])
             clear_repair_mark(root, unless_applied=True)  # a restore killed as it ended kept the mark of a repair now undone
         return
-    refuse_incomplete([backup_set])  # also without --yes: "re-run with --yes" would not restore it
-    if not yes:
-        raise Refused("nothing changed: re-run with --yes to restore")
+    refuse_incomplete([backup_set])  # also without --yes, as every refusal --yes meets: "re-run with --yes" would not restore it
+    refuse_moved(root)
     if not force:
         _refuse_before_later_backups(backup)
         _refuse_another_pending(root, backup)
+        if not yes:  # with --yes, restore checks it under the store's lock
+            refuse_changed(backup_set.changed_since_apply(), summary["command"])
+    if not yes:
+        raise Refused("nothing changed: re-run with --yes to restore")
     check_not_in_use(root, [], force)
     with executor().hold_store_lock(root, force), scans_shown():
         try:

@@ -214,6 +214,9 @@ def dledger_next_start(store: Store) -> NextStart:
                      links=link_clauses(store))
 
 
+RECOVER_FIXES = ", which `mqtool recover` fixes"  # a consume queue file's way out (``queue_refusal``)
+
+
 def log_refusals(store: Store) -> tuple[str | None, str | None]:
     """(``log_refusal``, None), or, where that is ``wheel_refusal`` (the first thing the broker meets), what the start meets
     once ``repair`` has resized the wheel, which changes nothing of the log's recovery: the log's own refusal after it, said
@@ -224,7 +227,8 @@ def log_refusals(store: Store) -> tuple[str | None, str | None]:
     then = f"{why}; then, once `repair` has resized the wheel, it refuses to start: "
     if (after := log_refusal(store, wheel=False)) is not None:
         return then + after, None
-    return None, why if (later := later_refusal(store)) is None else then + later
+    # a queue file: `recover` refuses while the wheel is wrong, and the repair that resizes it rewrites the queue too
+    return None, why if (later := later_refusal(store, ", which that `repair` fixes too")) is None else then + later
 
 
 def deleted_link(store: Store) -> str | None:
@@ -466,7 +470,8 @@ def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loade
     who = which_do(refusing, eras)
     where = entry.path.relative_to(store.root) if store.root is not None and entry.path.is_relative_to(store.root) else entry.path.name
     unmounted = f"; {UNMOUNTED}" if entry.unmounted else ""
-    return f"{where}: {entry.what}, which {loader} lists: {stray_refused_why(entry, file_size, loader)}{who}{unmounted}"
+    why = stray_refused_why(entry, file_size, loader).removeprefix(f"{loader}: ")  # the loader named once
+    return f"{where}: {entry.what}, which {loader} lists: {why}{who}{unmounted}"
 
 
 def first_stray_refusal(store: Store, strays, loader: str = MAPPED_FILE_QUEUE, eras=None) -> str | None:
@@ -489,13 +494,13 @@ def unmounted_file(store: Store) -> str | None:
     return None if entry is None else f"{entry.path.relative_to(store.root) if store.root is not None else entry.path}: {entry.unmounted}"
 
 
-def later_refusal(store: Store) -> str | None:
+def later_refusal(store: Store, queue_fix: str = RECOVER_FIXES) -> str | None:
     """Why the broker refuses to start on a store whose commit log it loads: ``dledger_refusal`` (DLedger's data, loaded
     by ``DLedgerCommitLog.load`` after a mixed store's commitlog/), ``queue_refusal``, ``checkpoint_refusal``, then, after the
     recovery (``refusal_after_recovery``), ``index_refusal``, ``timer_refusal`` (then ``TimerMetrics``'s ``config_refusal``) and
     4.9.2+'s ``delayOffset.json``, then ``abort_refusal``, in the order it meets them; the line says what the start does once
-    that is fixed."""
-    return (dledger_refusal(store) or queue_refusal(store) or checkpoint_refusal(store)
+    that is fixed; ``queue_fix``: what fixes a consume queue file (``queue_refusal``)."""
+    return (dledger_refusal(store) or queue_refusal(store, queue_fix) or checkpoint_refusal(store)
             or (found[1] if (found := refusal_after_recovery(store)) else None) or abort_refusal(store))
 
 
@@ -588,13 +593,13 @@ def dledger_refusal(store: Store) -> str | None:
     return first_stray_refusal(store, store.dledger_strays, MMAP_FILE_LIST)
 
 
-def queue_refusal(store: Store) -> str | None:
+def queue_refusal(store: Store, fix: str = RECOVER_FIXES) -> str | None:
     """Why the broker refuses to start on a consume queue file (an LMQ or a batch queue's too), or None:
     one of another length than its queue's files, which ``loadConsumeQueue``'s ``MappedFileQueue.load``
     refuses in the eras that refuse such a commit log file (rules §2.13; verify's ``cq-file-size``).
     ``recover`` and ``rebuild-cq`` rewrite a consume queue's files (a batch queue's: no mqtool command),
     so they plan on."""
-    for queues, fix in ((store.consume_queues, ", which `mqtool recover` fixes"), (store.batch_consume_queues, "")):
+    for queues, fix in ((store.consume_queues, fix), (store.batch_consume_queues, "")):
         for queue in queues:
             if (why := wrong_length_refusal(store, queue.wrong_lengths, queue.file_size, queue.files, queue.strays)) is not None:
                 return why + fix

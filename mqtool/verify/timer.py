@@ -204,8 +204,9 @@ def _behind(resume: Resume, check: fmt.TimerCheck, again: Callable[[], str]) -> 
     ``enqueue`` writes each of those messages a second unit (or puts a due one straight to ``dequeuePutQueue``), so the
     broker delivers it twice, as the real 5.3.3 broker's start on ``timer-crashed`` did (its timer log's unit count)."""
     return info("timercheck-behind", f"the timer log holds units of messages from timercheck's masterTimerQueueOffset "
-                f"{check.master_timer_queue_offset} on: the broker's timer recovery {_resumes(resume)} and enqueues the later "
-                f"messages again{again()}", file="config/timercheck", found=check.master_timer_queue_offset,
+                f"{check.master_timer_queue_offset} on: the broker's timer recovery resumes {fmt.TIMER_TOPIC} there, before the "
+                f"message of the log's last unit (TimerMessageStore.recover takes the lesser of the two){_raised(resume)} and "
+                f"enqueues the later messages again{again()}", file="config/timercheck", found=check.master_timer_queue_offset,
                 details={"requeued": True})
 
 
