@@ -381,13 +381,13 @@ def test_a_repair_plan_calls_lost_data_only_the_findings_that_are(tmp_path):
     assert len(remaining) == 5 and not any(e["lost_data"] for e in remaining)
     shown = run("repair", store, env={"COLUMNS": "100"})
     assert shown.exit_code == 0 and "Lost data" not in shown.stdout
-    assert "After the repair `verify` will still report 5 finding(s), 0 of them lost data" in shown.stdout
+    assert "After the repair `verify` will still report 5 error(s) or warning(s), 0 of them lost data" in shown.stdout
     damaged = copy_store("4.9.7", "clean-small", tmp_path)
     with open(damaged / "commitlog" / "00000000000000000000", "r+b") as segment:  # a body in the segment no recovery reads
         segment.seek(300000)
         segment.write(b"\xff" * 64)
     lost = run("repair", damaged, env={"COLUMNS": "100"}).stdout
-    assert "After the repair `verify` will still report 1 finding(s), 1 of them lost data" in lost
+    assert "After the repair `verify` will still report 1 error(s) or warning(s), 1 of them lost data" in lost
     assert any(line.split()[:4] == ["crc-mismatch", "error", "yes", "295364"] for line in lost.splitlines())
 
 

@@ -203,3 +203,14 @@ def test_a_slave_enqueues_nothing_past_the_master_offset_it_synced(tmp_path):
     assert (f"enqueues the later messages again, which a slave does not: its enqueue stops at masterTimerQueueOffset {resumed}, the one "
             "it last synced from its master, until it syncs a later one (TimerMessageStore.isRunningEnqueue), delivering none "
             "(brokerRole=SLAVE: TimerMessageStore.isRunningDequeue is false)") in behind["message"], behind["message"]
+
+
+def test_info_says_a_missing_timercheck_reads_as_zeros(tmp_path):
+    """5.3.3 ``timer-crashed`` without ``config/timercheck``: info's timer section counts every queued timer message as not yet
+    enqueued (``TimerCheckpoint`` reads 0) and now says why in a row of its own; before, it showed no timercheck row at all."""
+    root = copy_store("5.3.3", "timer-crashed", tmp_path)
+    (root / "config" / "timercheck").unlink()
+    shown = CliRunner().invoke(app, ["info", str(root), "--broker-version", "5.3.3"], env={"COLUMNS": "100"}).stdout
+    section = shown[shown.index("Timer store"):]
+    assert "config/timercheck  missing: the broker reads its offsets as 0 (see verify)" in section, section
+    assert "lastTimerQueueOffset" not in section

@@ -181,6 +181,8 @@ def render_timer(console: Screen, timer: dict[str, Any]) -> None:
             ("lastTimerQueueOffset", check["last_timer_queue_offset"]),
             ("masterTimerQueueOffset", check["master_timer_queue_offset"]),
         ]
+    else:  # TimerCheckpoint's constructor reads the file only where it exists: every offset 0
+        rows.append(("config/timercheck", "missing: the broker reads its offsets as 0 (see verify)"))
     if timer["not_enqueued"] is not None:
         rows.append(("not yet enqueued", f"{timer['not_enqueued']} (rmq_sys_wheel_timer queue ends at {timer['queue_max_offset']})"))
     console.print(kv_table("Timer store", rows))

@@ -870,7 +870,7 @@ def render_plan(console: Screen, doc: dict) -> None:
     if plan.command == "recover" and plan.verify_after:
         items = plan.verify_after
         rows = [(e.kind, e.severity, e.offset, "yes" if e.lost_data else "no", e.fixed_by, e.file) for e in items]
-        console.print(titled_table(f"After this, `verify` will still report {len(items)} finding(s)", ["kind", "severity", "offset", "lost data", "fixed by", "file"], optional=["fixed by", "lost data"], rows=rows))
+        console.print(titled_table(f"After this, `verify` will still report {len(items)} error(s) or warning(s)", ["kind", "severity", "offset", "lost data", "fixed by", "file"], optional=["fixed by", "lost data"], rows=rows))
         if any(e.fixed_by for e in items):
             console.print("`mqtool repair` also makes the fixes the broker never makes (the rows with 'fixed by').")
     if not plan.actions:
@@ -947,7 +947,7 @@ def render_repair(console: Screen, doc: dict) -> None:
         render_plan(console, doc["recover"])
     if plan.remaining:
         lost = sum(e.lost_data for e in plan.remaining)  # the others: findings no repair step changes, not lost data
-        title = f"After the repair `verify` will still report {len(plan.remaining)} finding(s), {lost} of them lost data"
+        title = f"After the repair `verify` will still report {len(plan.remaining)} error(s) or warning(s), {lost} of them lost data"
         table = titled_table(title, ["kind", "severity", "lost data", "offset", "message", "file"], optional=["severity", "lost data"])
         _print_capped(console, table, [(e.kind, e.severity, "yes" if e.lost_data else "no", e.offset, e.message, e.file) for e in plan.remaining])
     for n in plan.notes:
