@@ -167,16 +167,10 @@ def _topics_a_directory(root):
 
 
 def _topics_a_directory_and_a_cut(root):
-    """A crash (abort, a flipped body CRC four fifths in): the recovery cuts there and every queue loses its entries after
-    it, so committed offsets that were in range lie past the queues' new max offsets."""
+    """A crash (abort, a flipped body CRC four fifths in: ``_a_cut``): the recovery cuts there and every queue loses its entries
+    after it, so committed offsets that were in range lie past the queues' new max offsets."""
     _topics_a_directory(root)
-    made = manifest("4.9.7", "config-real")
-    offset, size = made["messages"][len(made["messages"]) * 4 // 5]["commitLogOffset"], made["storeConfig"]["mappedFileSizeCommitLog"]
-    seg = root / "commitlog" / f"{offset // size * size:020d}"
-    data = bytearray(seg.read_bytes())
-    data[offset % size + BODY_CRC] ^= 0x01
-    seg.write_bytes(data)
-    (root / "abort").write_bytes(b"")
+    _a_cut(root)
 
 
 def _delay_offsets_malformed_beside_a_fifo_bak(root):
@@ -277,7 +271,7 @@ def test_repairs_table_places_consumer_offsets_against_the_queues_its_rebuild_ma
 
 
 def _a_cut(root):
-    """A crash four fifths in (``_topics_a_directory_and_a_cut``'s flipped body CRC and abort file), without the directory."""
+    """A crash four fifths in: a flipped body CRC there, and the abort file."""
     made = manifest("4.9.7", "config-real")
     offset, size = made["messages"][len(made["messages"]) * 4 // 5]["commitLogOffset"], made["storeConfig"]["mappedFileSizeCommitLog"]
     seg = root / "commitlog" / f"{offset // size * size:020d}"
