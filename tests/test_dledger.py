@@ -1633,6 +1633,23 @@ def test_recover_reads_an_index_unit_by_its_position_past_zeroed_units(tmp_path)
     assert f"skipped [{broken}, {broken + 48})" in " ".join(done.stderr.split())
 
 
+def stale_index_store(tmp_path, version: str, index: str):
+    """``relaid_store`` with the pos of an entry header in the middle of its second data file broken and ``index/`` stale:
+    the units of the entries before it from entry 5 on zeroed (``zeroed``), or the units of that file's entries each
+    placing its entry 7 bytes past it (``shifted``). ``(root, placed, broken entry's pos, the next entry's pos)``."""
+    root, placed = relaid_store(tmp_path, version)
+    second = [(msg["dledgerEntry"]["index"], pos) for msg, pos in placed if 1 << 18 <= pos < 2 << 18]
+    (number, broken), following = second[len(second) // 2], second[len(second) // 2 + 1][1]
+    _patch(root / "dledger-n0" / "data" / f"{1 << 18:020d}", broken - (1 << 18) + 24, (broken + 1).to_bytes(8, "big"))
+    path = root / "dledger-n0" / "index" / f"{0:020d}"
+    if index == "zeroed":
+        _patch(path, 5 * 32, bytes((number - 5) * 32))
+    else:
+        for i, pos in second:
+            _patch(path, i * 32 + 4, (pos + 7).to_bytes(8, "big"))
+    return root, placed, broken, following
+
+
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
 @pytest.mark.parametrize("index", ["zeroed", "shifted"])
 def test_past_a_broken_header_before_the_start_file_dump_reads_every_record_a_stale_index_does_not_place(tmp_path, version, index):
@@ -1644,16 +1661,7 @@ def test_past_a_broken_header_before_the_start_file_dump_reads_every_record_a_st
     Before: ``zeroed`` took the first all-zero unit for the end of the units and went on at the next file, ``shifted``
     went on at each unit's pos, no entry start, through some 40 "skipped" ranges; both listed 658 of the 700 messages.
     Now dump reads all 700, saying the one broken header, and splits cut around it read what dump reads."""
-    root, placed = relaid_store(tmp_path, version)
-    second = [(msg["dledgerEntry"]["index"], pos) for msg, pos in placed if 1 << 18 <= pos < 2 << 18]
-    (number, broken), following = second[len(second) // 2], second[len(second) // 2 + 1][1]
-    _patch(root / "dledger-n0" / "data" / f"{1 << 18:020d}", broken - (1 << 18) + 24, (broken + 1).to_bytes(8, "big"))
-    path = root / "dledger-n0" / "index" / f"{0:020d}"
-    if index == "zeroed":
-        _patch(path, 5 * 32, bytes((number - 5) * 32))
-    else:
-        for i, pos in second:
-            _patch(path, i * 32 + 4, (pos + 7).to_bytes(8, "big"))
+    root, placed, broken, following = stale_index_store(tmp_path, version, index)
     with Store.open(root) as store:  # the unit after the broken entry's, read past the zeroed ones; a shifted one (its own) as it is
         assert store.commitlog.indexed_entry_after(broken) == (broken + 7 if index == "shifted" else following)
         assert store.commitlog.entry_get_accepts(following) and not store.commitlog.entry_get_accepts(broken + 7)
