@@ -1691,3 +1691,20 @@ def test_the_committed_position_reads_its_unit_by_its_position_past_zeroed_units
         assert (dl.committed_index, dl.committed_pos, dl.rewrite_from) == (len(placed) - 1, end, None)
     plan = json.loads(_cli("recover", root, "--dry-run", "-f", "json", "--broker-version", version).stdout)
     assert (plan["dispatch"], plan["next_start"], plan["actions"]) == (whole["dispatch"], whole["next_start"], whole["actions"])
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_info_s_committed_position_is_dledger_s_past_the_last_entry(tmp_path, version):
+    """DLedger clamps a checkpoint's ``committedIndex`` past its last entry to that entry (``updateCommittedIndex``:
+    "the node fall behind"), so its committed position is the end of the data. dledger-small with ``committedIndex=800``
+    (700 entries): info says the checkpoint's 800 and that position, the recovery's. Before: "ends at None" (info read
+    unit 800 itself, never written)."""
+    from conftest import copy_store
+
+    m = manifest(version, "dledger-small")
+    root = copy_store(version, "dledger-small", tmp_path)
+    (root / "dledger-n0" / "checkpoint").write_text("committedIndex=800\nendIndex=800\n")
+    doc = json.loads(_cli("info", root, "--format", "json").stdout)
+    last = m["messages"][-1]["dledgerEntry"]
+    assert (doc["dledger"]["committed_index"], doc["dledger"]["committed_pos"]) == (800, last["pos"] + last["size"])
+    assert f"committedIndex 800 (ends at {last['pos'] + last['size']}: " in " ".join(_cli("info", root).stdout.split())
