@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from .store import Store
 
 _NONZERO = re.compile(rb"[^\x00]")  # ``_written_unit``: a byte a written unit holds
+_CHUNK = 1 << 20  # ``_units_end`` reads the index files backwards by this many bytes
 
 
 @dataclass(frozen=True)
@@ -171,15 +172,14 @@ class DLedgerCommitLog(CommitLog):
         files = self.layout.index_files() if self.layout is not None else []
         if not files:
             return None
-        lo = files[0][0] // dfmt.INDEX_UNIT_SIZE
-        hi = end = (files[-1][0] + file_size(files[-1][1])) // dfmt.INDEX_UNIT_SIZE
+        lo, hi = files[0][0] // dfmt.INDEX_UNIT_SIZE, self._units_end
         while lo < hi:  # the first unit past ``offset``; an all-zero unit stands for the next written one (none: past them all)
             unit = self._written_unit(mid := (lo + hi) // 2, hi)
             if unit is None or unit.pos > offset:
                 hi = mid
             else:
                 lo = unit.number + 1
-        unit = self._written_unit(lo, end)
+        unit = self._written_unit(lo, self._units_end)
         return unit.pos if unit is not None and unit.magic == dfmt.ENTRY_MAGIC and unit.pos > offset else None
 
     def entry_get_accepts(self, pos: int) -> bool:
@@ -190,6 +190,16 @@ class DLedgerCommitLog(CommitLog):
         if seg is None or not self.is_entry_file(seg) or pos + dfmt.ENTRY_HEADER_SIZE > seg.end_offset:
             return False
         return dfmt.decode_entry_header(self.mapped(at).buf, pos - seg.base_offset, seg.base_offset).pos == pos
+
+    @cached_property
+    def _units_end(self) -> int:
+        """One past the last unit of ``index/`` that is not all zero: the bound of ``indexed_entry_after``'s search, found once
+        (the never-written rest of a 160 MiB index file is not searched at every call)."""
+        for mf in reversed(self._index_files()):
+            for stop in range(mf.size, 0, -_CHUNK):
+                if chunk := mf.buf[max(stop - _CHUNK, 0) : stop].rstrip(b"\0"):
+                    return (mf.base_offset + max(stop - _CHUNK, 0) + len(chunk) - 1) // dfmt.INDEX_UNIT_SIZE + 1
+        return 0
 
     def _written_unit(self, number: int, stop: int) -> dfmt.IndexUnit | None:
         """The first unit of ``index/`` from ``number`` to before ``stop`` that is not all zero (never written or zeroed), or None."""
