@@ -1708,3 +1708,18 @@ def test_info_s_committed_position_is_dledger_s_past_the_last_entry(tmp_path, ve
     last = m["messages"][-1]["dledgerEntry"]
     assert (doc["dledger"]["committed_index"], doc["dledger"]["committed_pos"]) == (800, last["pos"] + last["size"])
     assert f"committedIndex 800 (ends at {last['pos'] + last['size']}: " in " ".join(_cli("info", root).stdout.split())
+
+
+def test_verify_says_the_broker_leaves_a_stale_index_unit_before_dledger_s_start_file(tmp_path):
+    """``stale_index_store`` (``shifted``): the units of the second data file's entries disagree with them, but
+    ``DLedgerMmapFileStore.recover`` compares and rewrites units from its start file on only (the third-from-last of 8), so
+    the broker leaves them, as the plan does. Before: verify said "the broker rewrites the index from there on its next start"."""
+    root, placed, _, _ = stale_index_store(tmp_path, "4.9.7", "shifted")
+    first = next(msg["dledgerEntry"] for msg, pos in placed if pos >= 1 << 18)
+    _, findings, _ = _verify(root)
+    [found] = [f for f in findings if f["kind"] == "dledger-index"]
+    assert (found["offset"], found["details"]["index"]) == (1 << 18, first["index"])
+    assert found["message"] == (f"index unit {first['index']} disagrees with its entry: its entry lies before the data file DLedger's "
+                                f"recovery starts at ({5 << 18}), so the broker leaves the unit as it is (0 unit(s) missing)")
+    plan = json.loads(_cli("recover", root, "--dry-run", "-f", "json", "--broker-version", "4.9.7").stdout)
+    assert not [a for a in plan["actions"] if a["op"] == "write-dledger-index"]
