@@ -1631,3 +1631,95 @@ def test_recover_reads_an_index_unit_by_its_position_past_zeroed_units(tmp_path)
     done = _cli("dump", root, "--format", "jsonl")
     assert [json.loads(line)["offset"] for line in done.stdout.splitlines()] == [pos + 48 for _, pos in placed]
     assert f"skipped [{broken}, {broken + 48})" in " ".join(done.stderr.split())
+
+
+def stale_index_store(tmp_path, version: str, index: str):
+    """``relaid_store`` with the pos of an entry header in the middle of its second data file broken and ``index/`` stale:
+    the units of the entries before it from entry 5 on zeroed (``zeroed``), or the units of that file's entries each
+    placing its entry 7 bytes past it (``shifted``). ``(root, placed, broken entry's pos, the next entry's pos)``."""
+    root, placed = relaid_store(tmp_path, version)
+    second = [(msg["dledgerEntry"]["index"], pos) for msg, pos in placed if 1 << 18 <= pos < 2 << 18]
+    (number, broken), following = second[len(second) // 2], second[len(second) // 2 + 1][1]
+    _patch(root / "dledger-n0" / "data" / f"{1 << 18:020d}", broken - (1 << 18) + 24, (broken + 1).to_bytes(8, "big"))
+    path = root / "dledger-n0" / "index" / f"{0:020d}"
+    if index == "zeroed":
+        _patch(path, 5 * 32, bytes((number - 5) * 32))
+    else:
+        for i, pos in second:
+            _patch(path, i * 32 + 4, (pos + 7).to_bytes(8, "big"))
+    return root, placed, broken, following
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+@pytest.mark.parametrize("index", ["zeroed", "shifted"])
+def test_past_a_broken_header_before_the_start_file_dump_reads_every_record_a_stale_index_does_not_place(tmp_path, version, index):
+    """``relaid_store`` with an entry header in the middle of its second data file broken (its pos; before the file
+    DLedger's recovery starts at, so the broker keeps it and serves every record of that file by its consume queue offset,
+    ``DLedgerCommitLog.getMessage``), and ``index/`` stale: the units of the entries before it from entry 5 on zeroed
+    (``zeroed``: ``DLedgerMmapFileStore.get`` reads unit i at i x 32 whatever units before it hold), or the units of that
+    file's entries placing each 7 bytes past its entry (``shifted``: ``get`` rejects them, ``entry.getPos() == pos``).
+    Before: ``zeroed`` took the first all-zero unit for the end of the units and went on at the next file, ``shifted``
+    went on at each unit's pos, no entry start, through some 40 "skipped" ranges; both listed 658 of the 700 messages.
+    Now dump reads all 700, saying the one broken header, and splits cut around it read what dump reads."""
+    root, placed, broken, following = stale_index_store(tmp_path, version, index)
+    with Store.open(root) as store:  # the unit after the broken entry's, read past the zeroed ones; a shifted one (its own) as it is
+        assert store.commitlog.indexed_entry_after(broken) == (broken + 7 if index == "shifted" else following)
+        assert store.commitlog.entry_get_accepts(following) and not store.commitlog.entry_get_accepts(broken + 7)
+    done = _cli("dump", root, "--format", "jsonl")
+    assert [json.loads(line)["offset"] for line in done.stdout.splitlines()] == [pos + 48 for _, pos in placed]
+    stderr = " ".join(done.stderr.split())
+    assert stderr.count("skipped [") == 1 and f"skipped [{broken}, {broken + 48}) (corrupt: entry pos {broken + 1}" in stderr
+    _splits_read_what_dump_reads(root, (broken - 1, broken, broken + 7, broken + 48, following, following + 7), with_next=broken + 7)
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_the_committed_position_reads_its_unit_by_its_position_past_zeroed_units(tmp_path, version):
+    """DLedger's committed position is the end of the entry unit ``committedIndex`` places (``updateCommittedIndex``:
+    ``getEntryPosAndSize`` reads byte committedIndex x 32, whatever units before it hold), and a 5.x broker's start-up reput
+    begins there (``getConfirmOffset``). ``relaid_store`` with units 5..14 zeroed, in data files before the one DLedger's
+    recovery starts at (it leaves them): the committed position is still the end of the data, as with the units whole, so
+    the plan and the next start are those of the whole store. Before: the units were taken up to the first all-zero one,
+    the committed position was none, and the 5.x plan said the reput re-dispatches all 700 records from offset 0."""
+    from mqtool.store.dledgerstart import data_recovery
+
+    root, placed = relaid_store(tmp_path, version)
+    end = placed[-1][1] + placed[-1][0]["dledgerEntry"]["size"]
+    whole = json.loads(_cli("recover", root, "--dry-run", "-f", "json", "--broker-version", version).stdout)
+    _patch(root / "dledger-n0" / "index" / f"{0:020d}", 5 * 32, bytes(10 * 32))
+    with Store.open(root) as store:
+        dl = data_recovery(store.commitlog)
+        assert (dl.committed_index, dl.committed_pos, dl.rewrite_from) == (len(placed) - 1, end, None)
+    plan = json.loads(_cli("recover", root, "--dry-run", "-f", "json", "--broker-version", version).stdout)
+    assert (plan["dispatch"], plan["next_start"], plan["actions"]) == (whole["dispatch"], whole["next_start"], whole["actions"])
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_info_s_committed_position_is_dledger_s_past_the_last_entry(tmp_path, version):
+    """DLedger clamps a checkpoint's ``committedIndex`` past its last entry to that entry (``updateCommittedIndex``:
+    "the node fall behind"), so its committed position is the end of the data. dledger-small with ``committedIndex=800``
+    (700 entries): info says the checkpoint's 800 and that position, the recovery's. Before: "ends at None" (info read
+    unit 800 itself, never written)."""
+    from conftest import copy_store
+
+    m = manifest(version, "dledger-small")
+    root = copy_store(version, "dledger-small", tmp_path)
+    (root / "dledger-n0" / "checkpoint").write_text("committedIndex=800\nendIndex=800\n")
+    doc = json.loads(_cli("info", root, "--format", "json").stdout)
+    last = m["messages"][-1]["dledgerEntry"]
+    assert (doc["dledger"]["committed_index"], doc["dledger"]["committed_pos"]) == (800, last["pos"] + last["size"])
+    assert f"committedIndex 800 (ends at {last['pos'] + last['size']}: " in " ".join(_cli("info", root).stdout.split())
+
+
+def test_verify_says_the_broker_leaves_a_stale_index_unit_before_dledger_s_start_file(tmp_path):
+    """``stale_index_store`` (``shifted``): the units of the second data file's entries disagree with them, but
+    ``DLedgerMmapFileStore.recover`` compares and rewrites units from its start file on only (the third-from-last of 8), so
+    the broker leaves them, as the plan does. Before: verify said "the broker rewrites the index from there on its next start"."""
+    root, placed, _, _ = stale_index_store(tmp_path, "4.9.7", "shifted")
+    first = next(msg["dledgerEntry"] for msg, pos in placed if pos >= 1 << 18)
+    _, findings, _ = _verify(root)
+    [found] = [f for f in findings if f["kind"] == "dledger-index"]
+    assert (found["offset"], found["details"]["index"]) == (1 << 18, first["index"])
+    assert found["message"] == (f"index unit {first['index']} disagrees with its entry: its entry lies before the data file DLedger's "
+                                f"recovery starts at ({5 << 18}), so the broker leaves the unit as it is (0 unit(s) missing)")
+    plan = json.loads(_cli("recover", root, "--dry-run", "-f", "json", "--broker-version", "4.9.7").stdout)
+    assert not [a for a in plan["actions"] if a["op"] == "write-dledger-index"]

@@ -178,3 +178,28 @@ def test_the_job_reads_what_dump_reads_at_a_stale_index_and_a_cut_after_damage(s
         assert sorted(r["offset"] for r in rows if r["broker"] == broker) == expected
         assert [d["message"] for d in doc["damage"] if d["broker"] == broker] == lines
         assert {f"mqtool-scan: {broker}: {line}" for line in lines} <= set(err)
+
+
+def test_the_job_reads_every_record_past_a_broken_header_a_stale_index_does_not_place(spark, tmp_path, capsys):
+    """``stale_index_store``: an entry header broken before DLedger's start file, ``index/`` zeroed before it (``z``) or
+    shifted by 7 bytes in its file (``s``), with a split boundary inside the broken entry's header. The job reads the 700
+    messages `mqtool dump` reads and says its one range. Before: both dropped the rest of that data file (658 of 700), and
+    with ``s`` dump said some 40 ranges, at positions no entry starts at."""
+    from test_dledger import stale_index_store
+
+    stores = {}
+    for broker, index in (("z", "zeroed"), ("s", "shifted")):
+        (tmp_path / broker).mkdir()
+        stores[broker], placed, broken, _ = stale_index_store(tmp_path / broker, "4.9.7", index)
+    out = tmp_path / "out"
+    capsys.readouterr()
+    doc = job.run(job.JobOptions(paths=[str(p) for p in stores.values()], broker_names=list(stores), output=str(out),
+                                 split_size=str(broken + 7 - (1 << 18))), spark)
+    rows = pq.read_table(out / "messages", schema=MESSAGE_FILE_SCHEMA).to_pylist()
+    for broker, root in stores.items():
+        result = CliRunner().invoke(app, ["dump", str(root), "--format", "jsonl"])
+        expected = [json.loads(line)["offset"] for line in result.stdout.splitlines()]
+        lines = [line.removeprefix("mqtool: ") for line in result.stderr.splitlines() if line.startswith("mqtool: skipped")]
+        assert expected == [pos + 48 for _, pos in placed] and len(lines) == 1
+        assert sorted(r["offset"] for r in rows if r["broker"] == broker) == expected
+        assert [d["message"] for d in doc["damage"] if d["broker"] == broker] == lines

@@ -52,7 +52,6 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
     offset = len(cl.segments) - len(files)  # classic segments of a mixed store come first
     if not files:  # recover keeps nothing and returns before reading the checkpoint
         return DataRecovery(offset, ScanEnd(cl.divided_offset, StopReason.NO_SEGMENTS, "no DLedger data file"), -1, 0, None, None)
-    units = {u.number: u for u in cl.index_units()}  # written: up to the first all-zero unit
     start = max(len(files) - 3, 0)
     for start in range(start, -1, -1):  # recover's pre-check: a file's first entry (at its own pos) against its index unit
         with MappedFile(files[start].path, files[start].base_offset) as mf:
@@ -60,20 +59,25 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
         if entry_problem(h, None) is None and unit_matches(cl.index_unit(h.index), h):
             break
     scan = EntryScan(cl, files[start].base_offset)
-    last = rewrite_from = None
+    last = rewrite_from = committed_entry = None
+    committed = cl.layout.committed_index
     walked = 0
     for walked, header in enumerate(scan, 1):
         last = header
         if rewrite_from is None and not unit_matches(cl.index_unit(header.index), header):
             rewrite_from = header.index
+        if header.index == committed:
+            committed_entry = header
     last_index = last.index if last is not None else -1
-    committed = cl.layout.committed_index
     committed_pos = None
     if committed is not None and last is not None:
         committed = min(committed, last_index)
-        unit = units.get(committed)  # updateCommittedIndex: the committed position is the end of that entry
+        # updateCommittedIndex, after the walk: the end of unit ``committed`` (getEntryPosAndSize reads it at committed x 32,
+        # whatever the units before it hold), which the walk has rewritten from its entry where a unit up to it disagreed
+        rewritten = rewrite_from is not None and committed >= rewrite_from
+        unit = (committed_entry or last) if rewritten else cl.index_unit(committed)
         committed_pos = None if unit is None else unit.pos + unit.size
-    return DataRecovery(offset + start, scan.end, last_index, len(units), committed, committed_pos, rewrite_from,
+    return DataRecovery(offset + start, scan.end, last_index, sum(1 for _ in cl.index_units()), committed, committed_pos, rewrite_from,
                         last.term if last is not None else None, walked)
 
 
@@ -98,7 +102,8 @@ def walk_resume(cl: DLedgerCommitLog, end: ScanEnd, *, every: bool = False) -> i
     record alone is damaged (zeros included: resumed after the entry) or damage in a data file
     before its start file the broker keeps the data: there an entry whose header is broken is passed
     by ``index/``, where ``DLedgerMmapFileStore.get`` finds each entry (resumed at the next entry it
-    places, ``indexed_entry_after``; at the next file without one); and once DLedger data
+    places where ``get`` accepts its unit, else at the next readable entry: ``served_entry_after``; at the next file
+    without either); and once DLedger data
     exist the classic commit log of a mixed store (§15.5) is never recovered (``DLedgerCommitLog.recover``
     @4.5.1-5.1.4, ``dledgerRecoverNormally``/``Abnormally`` @5.2.0-5.3.3: DLedger's recovery alone), so
     past damage there the broker keeps it whole (resumed at the next record start: ``resync.resume_after``).
@@ -125,8 +130,17 @@ def walk_resume(cl: DLedgerCommitLog, end: ScanEnd, *, every: bool = False) -> i
         if record is not None and end.offset + dfmt.ENTRY_HEADER_SIZE + record.total_size <= seg.end_offset:
             return end.offset + dfmt.ENTRY_HEADER_SIZE + record.total_size
         return readable_entry(cl, end.offset + 1)
-    indexed = cl.indexed_entry_after(end.offset)
+    indexed = served_entry_after(cl, end.offset)
     return indexed if indexed is not None and indexed < data_recovery(cl).end.offset else seg.end_offset
+
+
+def served_entry_after(cl: DLedgerCommitLog, offset: int) -> int | None:
+    """The first entry after ``offset`` (in a data file before DLedger's start file, past damage) the broker serves: the
+    one ``index/`` places (``indexed_entry_after``) where ``DLedgerMmapFileStore.get`` accepts its unit, else (a stale
+    ``index/``) the next readable entry in that file (``readable_entry``): a consumer reads each record by its consume queue
+    offset (``DLedgerCommitLog.getMessage``), no index on the way. None: no such entry."""
+    indexed = cl.indexed_entry_after(offset)
+    return indexed if indexed is not None and cl.entry_get_accepts(indexed) else readable_entry(cl, offset + 1)
 
 
 def _classic_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:

@@ -216,17 +216,18 @@ class SplitScan:
         self.exit = exit if self.records else None
 
     def _damaged_first_entry(self, found: int | None) -> int | None:
-        """Where this DLedger split's records begin: the first entry ``index/`` places in it (``DLedgerMmapFileStore.get``,
-        §15.4) when the resynchronisation (``find_split_start``: ``found``) passed it, the split before stops there, and the
+        """Where this DLedger split's records begin: the first entry its broker serves in it (``dledgerstart.served_entry_after``:
+        the one ``index/`` places, ``DLedgerMmapFileStore.get``, §15.4, or past a stale unit the next readable entry) when the
+        resynchronisation (``find_split_start``: ``found``) passed it, the split before stops there, and the
         entry's header alone is broken, its broker keeping it (``resume``) and serving the record inside (``_loose``,
         ``dledgerstart.record_in_broken_entry``). This split owns it and reads on from it as ``mqtool dump`` does; else
-        ``found``. A unit of a stale ``index/`` that places no such entry there (its pos inside an entry, or past a cut) is
+        ``found``. An entry there whose broker does not keep it (past a cut) is
         no entry start: this split begins at ``found`` and ``check_splits`` reads the damage before it as dump does."""
-        from .dledgerstart import record_in_broken_entry
+        from .dledgerstart import record_in_broken_entry, served_entry_after
 
         split, base = self.split, self.split.base_offset
         cl = split.served.commitlog
-        at = cl.indexed_entry_after(base + split.start - 1)
+        at = served_entry_after(cl, base + split.start - 1)
         if at is None or at >= base + (split.end if found is None else found):
             return found
         end = split.end_at(at)

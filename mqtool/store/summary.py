@@ -279,7 +279,6 @@ def dledger_summary(store: Store) -> dict[str, Any]:
     index_files = layout.index_files()
     units = sum(1 for _ in cl.index_units())
     currterm = layout.currterm or {}
-    committed = cl.index_unit(layout.committed_index) if layout.committed_index is not None and layout.committed_index >= 0 else None
     return {
         "home": str(layout.home),
         "self_id": layout.self_id,
@@ -294,7 +293,7 @@ def dledger_summary(store: Store) -> dict[str, Any]:
         "end_reason": recovery.end.reason,
         "committed_index": layout.committed_index,
         "end_index": layout.end_index,
-        "committed_pos": committed.pos + committed.size if committed is not None and committed.magic == dfmt.ENTRY_MAGIC else None,
+        "committed_pos": recovery.committed_pos,  # DLedger's, after its recovery (updateCommittedIndex)
         "current_term": currterm.get("currTerm"),
         "vote_leader": currterm.get("voteLeader"),
         "index_files": len(index_files),

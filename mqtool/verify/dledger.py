@@ -293,7 +293,7 @@ class DLedgerLogCheck:
             result.bytes = max(end.offset - self.start, 0)
             result.segments = sum(1 for s in cl.segments if s.end_offset > self.start and (self.stop is None or s.base_offset < self.stop))
             yield from self._end(end)
-            yield from self._index(units, first_mismatch, missing, dl.last_index)
+            yield from self._index(units, first_mismatch, missing, dl)
             yield from self._checkpoint(dl.last_index)
         finally:
             units.close()
@@ -336,11 +336,21 @@ class DLedgerLogCheck:
             f"discarding {after} well-formed entr{'y' if after == 1 else 'ies'} after it" + (" (if this is more than one file before the last, the broker exits: \"check it manually\")" if index < len(cl.segments) - 2 else ""),
             file=relative(self.store, seg.path), offset=end.offset, details={"reason": end.reason, "entries_after": after})
 
-    def _index(self, units: IndexUnits, first_mismatch, missing: int, last_index: int) -> Iterator[Finding]:
-        home = relative(self.store, self.commitlog.layout.index_dir)
+    def _index(self, units: IndexUnits, first_mismatch, missing: int, dl: DataRecovery) -> Iterator[Finding]:
+        """``index/`` against the entries: ``DLedgerMmapFileStore.recover`` rewrites it from the first unit its walk finds
+        disagreeing (``dl.rewrite_from``), and leaves a unit of a data file before its start file as it is (§15.4)."""
+        home, last_index = relative(self.store, self.commitlog.layout.index_dir), dl.last_index
         if first_mismatch is not None:
             number, offset = first_mismatch
-            yield warning("dledger-index", f"index unit {number} disagrees with its entry: the broker rewrites the index from there on its next start ({missing} unit(s) missing)", file=home, offset=offset, details={"index": number})
+            if dl.rewrite_from is not None and number >= dl.rewrite_from:
+                fate = "the broker rewrites the index from there on its next start"
+            else:
+                start = self.commitlog.segments[dl.start_file].base_offset
+                fate = f"its entry lies before the data file DLedger's recovery starts at ({start}), so the broker leaves the unit as it is"
+                if dl.rewrite_from is not None:
+                    fate += f" and rewrites the index from unit {dl.rewrite_from} on"
+            yield warning("dledger-index", f"index unit {number} disagrees with its entry: {fate} ({missing} unit(s) missing)",
+                          file=home, offset=offset, details={"index": number})
         written = units.written()
         if last_index >= 0 and written > last_index + 1:
             yield warning("dledger-index", f"{written - last_index - 1} index unit(s) past the last entry {last_index}: truncated on the broker's next start", file=home, expected=last_index + 1, found=written)
