@@ -107,7 +107,8 @@ def diff_rows(name: str, want: list[dict], got: list[dict]) -> list[str]:
     changed = sorted(o for o in set(ws) & set(gs) if ws[o] != gs[o])
     out = [f"{name}: messages: dump {len(w)} rows, spark {len(g)}; missing {len(missing)} {missing[:5]}, extra {len(extra)} {extra[:5]}"]
     for o in changed[:3]:
-        out.append(f"{name}:   offset {o}: " + ", ".join(f"{f} dump={a!r} spark={b!r}" for f, a, b in zip(ROW_FIELDS, ws[o], gs[o]) if a != b))
+        fields = [f"{f} dump={a!r} spark={b!r}" for f, a, b in zip(ROW_FIELDS, ws[o], gs[o]) if a != b]
+        out.append(f"{name}:   offset {o}: " + ", ".join(fields))
     return out
 
 
@@ -138,7 +139,8 @@ def main() -> int:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = job.configure(SparkSession.builder.master("local[2]").appName("mqtool-spark-diff").config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+    spark = job.configure(SparkSession.builder.master("local[2]").appName("mqtool-spark-diff").config("spark.ui.enabled", "false")
+                          .config("spark.ui.showConsoleProgress", "false")
                           .config("spark.sql.session.timeZone", "UTC").config("spark.driver.host", "127.0.0.1")
                           .config("spark.driver.bindAddress", "127.0.0.1").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
@@ -177,7 +179,8 @@ def main() -> int:
         cli_f = sorted((f["kind"], f["offset"], f["severity"]) for f in v["findings"])
         sp_f = sorted((f["kind"], f["offset"], f["severity"]) for f in findings if f["broker"] == b)
         if cli_f != sp_f:
-            problems.append(f"{tag}: verify: only cli {sorted(set(cli_f) - set(sp_f))[:6]}, only spark {sorted(set(sp_f) - set(cli_f))[:6]}")
+            only_cli, only_spark = sorted(set(cli_f) - set(sp_f)), sorted(set(sp_f) - set(cli_f))
+            problems.append(f"{tag}: verify: only cli {only_cli[:6]}, only spark {only_spark[:6]}")
         sb = next((x for x in verify_doc.get("brokers", []) if x["broker"] == b), None)
         whole = json.loads(cli("verify", root, "--format", "json", "--broker-version", version)[1])["summary"]["commitlog"]
         if sb and (sb["logical_end"], sb["records"]) != (whole["logical_end"], whole["records"]):
