@@ -90,8 +90,8 @@ def test_stats_equal_the_spark_readers_aggregates(version, name):
 
 def test_stats_count_records_whose_body_crc_fails_as_dump_and_spark_read_them(tmp_path):
     """A record whose body CRC fails, before the segment the broker's next start scans from (it serves it) and in the
-    last segment: ``dump`` shows both (``crc_ok`` false) and reads on, so do Spark's splits; ``stats`` left both out
-    (each said skipped) and never counted a ``crc_failures``."""
+    last segment: ``dump`` shows both (``crc_ok`` false) and reads on, so do Spark's splits; ``stats`` skipped the first,
+    ended the log at the second and never counted a ``crc_failures``."""
     root = copy_store("4.9.7", "clean-small", tmp_path)
     rows = [r for r in _dump_rows(root) if r["body_length"] > 0]
     damaged = [rows[10], rows[-10]]
