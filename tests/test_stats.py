@@ -8,7 +8,7 @@ import statistics
 from collections import defaultdict
 
 import pytest
-from conftest import VERSIONS, manifest, store_path
+from conftest import VERSIONS, copy_store, manifest, store_path
 from typer.testing import CliRunner
 
 from mqtool.cli import app
@@ -85,10 +85,39 @@ def test_stats_equal_the_manifest_per_topic_and_queue(version, name):
 
 @pytest.mark.parametrize("version,name", [(v, "clean-small") for v in VERSIONS] + [("4.9.7", "retention-small"), ("4.9.7", "crashed-small")])
 def test_stats_equal_the_spark_readers_aggregates(version, name):
-    root = store_path(version, name)
+    assert_stats_equal_the_spark_readers(store_path(version, name))
+
+
+def test_stats_count_records_whose_body_crc_fails_as_dump_and_spark_read_them(tmp_path):
+    """A record whose body CRC fails, before the segment the broker's next start scans from (it serves it) and in the
+    last segment: ``dump`` shows both (``crc_ok`` false) and reads on, so do Spark's splits; ``stats`` skipped the first,
+    ended the log at the second and never counted a ``crc_failures``."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    rows = [r for r in _dump_rows(root) if r["body_length"] > 0]
+    damaged = [rows[10], rows[-10]]
+    for r in damaged:  # the stored BODYCRC (+8) changed
+        seg = max(p for p in (root / "commitlog").iterdir() if int(p.name) <= r["offset"])
+        with open(seg, "r+b") as f:
+            f.seek(r["offset"] - int(seg.name) + 8)
+            f.write(((r["body_crc"] ^ 1) & 0x7FFFFFFF).to_bytes(4, "big"))
+    dumped = _dump_rows(root)
+    assert [r["offset"] for r in dumped if not r["crc_ok"]] == [r["offset"] for r in damaged]
+    result = assert_stats_equal_the_spark_readers(root, 64 << 10)
+    assert result.records == len(dumped)
+    assert sum(r["crc_failures"] for r in queue_rows(result)) == 2
+
+
+def _dump_rows(root) -> list[dict]:
+    out = CliRunner().invoke(app, ["dump", str(root), "--format", "jsonl"])
+    assert out.exit_code == 0, out.output
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def assert_stats_equal_the_spark_readers(root, split_size: int = 300_000):
+    """``collect`` of the store at ``root`` against the Spark reader's per split aggregates combined; returns ``collect``'s."""
     spark: dict[tuple[str, int], dict] = {}
     hourly: dict[tuple[str, int], int] = defaultdict(int)
-    for task in plan_tasks(resolve_inputs([root]), 300_000):
+    for task in plan_tasks(resolve_inputs([root]), split_size):
         for batch in read_stats(task):
             for r in batch.to_pylist():
                 if not r["messages"]:
@@ -113,6 +142,7 @@ def test_stats_equal_the_spark_readers_aggregates(version, name):
             assert rows[key][k] == s.get(k)
     periods = {(r["topic"], r["period_start"]): r["messages"] for r in period_rows(result, "hour")}
     assert periods == dict(hourly)
+    return result
 
 
 @pytest.mark.parametrize("version,name", CLEAN + [("4.9.7", "retention-small"), ("4.9.7", "crashed-small")])

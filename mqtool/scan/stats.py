@@ -199,7 +199,8 @@ _COUNT_INIT, _COUNT_OPS = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int6
 
 
 def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int], None] | None = None, batch: int = WALK_BATCH, read_on=None) -> StoreStats:
-    """One pass over the store's records (the broker's recovery scan) into ``StoreStats``; where the walk
+    """One pass over the store's records (the broker's recovery scan; a bad body CRC counted and read past, as ``dump``
+    and Spark's splits read it) into ``StoreStats``; where the walk
     ends, ``read_on(end)`` may give the offset it goes on from (damage the broker never reads), after the record inside a
     DLedger entry whose header alone is broken (``loose_walk``)."""
     records, start = 0, store.commitlog.min_offset
@@ -211,7 +212,7 @@ def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int],
     parts = groups.parts(), buckets.parts(), seen.parts()
     loose = None  # the record inside a DLedger entry whose header alone is broken (``loose_walk``), read before ``start``
     while True:
-        walk = loose or fs.FastScan(store.commitlog, start, check_crc=True, batch=batch, release_behind=True)
+        walk = loose or fs.FastScan(store.commitlog, start, check_crc=True, stop_on_crc=False, batch=batch, release_behind=True)
         for b in walk:
             rows = b.rows
             at = 0
@@ -234,7 +235,7 @@ def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int],
         start = None if read_on is None or walk.end is None else read_on(walk.end)
         if start is None:
             break
-        loose = loose_walk(store.commitlog, walk.end, start, check_crc=True, batch=batch, release_behind=True)
+        loose = loose_walk(store.commitlog, walk.end, start, check_crc=True, stop_on_crc=False, batch=batch, release_behind=True)
     per_period = to_arrow(groups, lambda codes: compute.numbers(codes, pa.int64()), extended=True)
     bucket_keys, bucket_counts = buckets.groups()
     hist = pa.table({"topic": compute.numbers(bucket_keys[:, 0], pa.int64()), "queue_id": compute.numbers(bucket_keys[:, 1], pa.int32()), "bucket": compute.numbers(bucket_keys[:, 2], pa.int64()), "n": compute.numbers(bucket_counts[:, 0], pa.int64())})
