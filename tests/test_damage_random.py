@@ -111,7 +111,8 @@ def test_dledger_index_units_are_taken_by_position_not_by_their_index_field(tmp_
     unit of entry i at i * 32 (``DLedgerMmapFileStore.recover``, reference §15.4), whatever its index
     field says; mqtool keyed the units by that field, so the stray unit (index field 0) replaced unit
     0: the rewrite started at unit 0, not at the unit that disagrees, and the stray unit was not
-    counted, so it was not zeroed and ``repair`` left it."""
+    counted, so it was not zeroed and ``repair`` left it. The recovery rewrites the units from unit 24 and leaves the stray unit
+    (``MmapFileList.truncateOffset`` moves the write position only); ``repair``'s ``zero-dledger-units`` zeroes it."""
     from mqtool.recovery.planners import plan_recover
     from mqtool.recovery.repair import plan_with_verify_after
     from mqtool.store import Store
@@ -129,9 +130,8 @@ def test_dledger_index_units_are_taken_by_position_not_by_their_index_field(tmp_
         plan = plan_with_verify_after(store, lambda walked: plan_recover(store, walked=walked))
     assert [(a.op, a.start, a.end) for a in plan.actions if a.path == "dledger-n0/index/00000000000000000000"] == [
         ("write-dledger-index", 24 * dfmt.INDEX_UNIT_SIZE, written * dfmt.INDEX_UNIT_SIZE),
-        ("zero-range", written * dfmt.INDEX_UNIT_SIZE, (written + 1) * dfmt.INDEX_UNIT_SIZE),
     ]
-    assert not [e for e in plan.verify_after if e.kind == "dledger-index"]
+    assert [(e.kind, e.fixed_by) for e in plan.verify_after if e.kind == "dledger-index"] == [("dledger-index", "zero-dledger-units")]
     rc, findings = repaired_findings(root)
     assert rc == EXIT_OK and not findings
     assert index.read_bytes() == original

@@ -1723,3 +1723,64 @@ def test_verify_says_the_broker_leaves_a_stale_index_unit_before_dledger_s_start
                                 f"recovery starts at ({5 << 18}), so the broker leaves the unit as it is (0 unit(s) missing)")
     plan = json.loads(_cli("recover", root, "--dry-run", "-f", "json", "--broker-version", "4.9.7").stdout)
     assert not [a for a in plan["actions"] if a["op"] == "write-dledger-index"]
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_recover_leaves_index_units_past_the_last_entry_deletes_the_files_after_and_repair_zeroes_the_units(tmp_path, version):
+    """dledger-small with two stale units after its last entry's (copies of units before) and a stale index file after its
+    index file. ``DLedgerMmapFileStore.recover`` ends ``index/`` at the last entry with ``MmapFileList.truncateOffset``, which
+    moves the write position only and deletes the files after it (reference §15.4): the units stay, the file goes. Before:
+    ``recover`` zeroed the units, which the broker never does, and left the file. Now ``recover`` deletes the file alone,
+    ``repair``'s own step (``zero-dledger-units``, beyond the broker) zeroes the units, and ``restore`` gives both back."""
+    from conftest import copy_store
+    from test_undo import snapshot
+
+    unit = dfmt.INDEX_UNIT_SIZE
+    root = copy_store(version, "dledger-small", tmp_path)
+    index = root / "dledger-n0" / "index" / "00000000000000000000"
+    original = index.read_bytes()
+    written = next(i for i in range(len(original) // unit) if not any(original[i * unit : (i + 1) * unit]))
+    data = bytearray(original)
+    data[written * unit : (written + 2) * unit] = original[(written - 2) * unit : written * unit]
+    index.write_bytes(data)
+    after = index.with_name(f"{len(original):020d}")
+    after.write_bytes(original[:unit] + bytes(len(original) - unit))
+    damaged = snapshot(root)
+
+    plan = _recover_doc(root, version)
+    assert [(a["op"], a["path"]) for a in plan["actions"] if "/index/" in a["path"]] == [("delete", f"dledger-n0/index/{after.name}")]
+    assert [(e["kind"], e["fixed_by"]) for e in plan["verify_after"] if e["kind"] == "dledger-index"] == [
+        ("dledger-index", "zero-dledger-units")
+    ]
+    done = _cli("recover", root, "--broker-version", version, "--yes", "--backup-dir", tmp_path / "b1")
+    assert done.exit_code == 0, done.output[-2000:]
+    assert index.read_bytes() == bytes(data) and not after.exists()  # the broker's truncateOffset: units kept, the file after deleted
+    done = _cli("restore", tmp_path / "b1", "--yes")
+    assert done.exit_code == 0 and snapshot(root) == damaged, done.output[-2000:]
+
+    done = _cli("repair", root, "--broker-version", version, "--yes", "--backup-dir", tmp_path / "b2")
+    assert done.exit_code == 0 and "zero-dledger-units" in done.output, done.output[-2000:]
+    assert index.read_bytes() == original and not after.exists()
+    done = _cli("verify", root, "--broker-version", version, "--format", "json")
+    assert done.exit_code == 0 and json.loads(done.stdout)["findings"] == [], done.stdout[-2000:]
+    done = _cli("restore", tmp_path / "b2", "--yes")
+    assert done.exit_code == 0 and snapshot(root) == damaged, done.output[-2000:]
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_verify_counts_the_units_past_the_last_entry_from_it_past_zeroed_units_before(tmp_path, version):
+    """``stale_index_store`` (``zeroed``: units before DLedger's start file zeroed, which its recovery leaves) with two stale
+    units after the last entry's. Before: verify counted the units from the first one up to the first all-zero one, so it
+    stopped at the zeroed units, reported none past the last entry, and ``repair`` left them. Counted from the last
+    entry's on: reported, and ``repair`` zeroes them (``zero-dledger-units``) and nothing else in ``index/``."""
+    root, placed, _, _ = stale_index_store(tmp_path, version, "zeroed")
+    last = max(msg["dledgerEntry"]["index"] for msg, _ in placed)
+    path = root / "dledger-n0" / "index" / f"{0:020d}"
+    data = path.read_bytes()
+    _patch(path, (last + 1) * 32, data[(last - 1) * 32 : (last + 1) * 32])
+    done = _cli("verify", root, "--broker-version", version, "--format", "json")
+    stale = [f for f in json.loads(done.stdout)["findings"] if f["kind"] == "dledger-index" and "past the last entry" in f["message"]]
+    assert [(f["expected"], f["found"]) for f in stale] == [(last + 1, last + 3)], done.stdout[-2000:]
+    done = _cli("repair", root, "--broker-version", version, "--yes", "--backup-dir", tmp_path / "b")
+    assert done.exit_code in (0, 1) and "zero-dledger-units" in done.output, done.output[-2000:]
+    assert path.read_bytes() == data

@@ -50,14 +50,15 @@ def _index_ranges(store: Store, op: str, start: int, stop: int, note: str, creat
     return actions
 
 
-def _written_from(cl, number: int) -> int:
-    """The first all-zero (never written) unit of ``index/`` at or after unit ``number``: past the last valid entry, the units
-    up to it are truncated. Counted from there, not from the first unit, so that units a rewrite makes follow on from the
-    entries (a zeroed stretch before the cut that it fills, stale units after it) are truncated too, as ``verify`` counts
-    them once the rewrite is done (``dledger-index``)."""
-    while (unit := cl.index_unit(number)) is not None and any(unit[1:]):
-        number += 1
-    return number
+def stale_unit_actions(store: Store, last_index: int) -> list:
+    """``repair``'s ``zero-range`` of the units of ``index/`` past the last entry ``last_index``, up to the first all-zero one.
+    Beyond the broker: ``DLedgerMmapFileStore.recover`` only moves the index's write position to the cut
+    (``MmapFileList.truncateOffset``) and deletes the files after it; the units stay, never read again (reference §15.4)."""
+    cut = last_index + 1
+    if (tail := store.commitlog.units_written_from(cut)) == cut:
+        return []
+    return _index_ranges(store, "zero-range", cut * dfmt.INDEX_UNIT_SIZE, tail * dfmt.INDEX_UNIT_SIZE,
+                         "DLedger index units past the last entry, which the broker's recovery leaves (truncateOffset)")
 
 
 class DLedgerLog(LogKind):
@@ -94,8 +95,10 @@ class DLedgerLog(LogKind):
 
     def actions(self, run: RecoveryRun) -> list:
         """``recover``'s changes to ``index/``: units from the first that disagrees with its entry rewritten
-        (in a file created first where none is, ``indexFileList.append``), those past the last valid
-        entry zeroed (``indexFileList.truncateOffset``)."""
+        (in a file created first where none is, ``indexFileList.append``); ``indexFileList.truncateOffset`` at the
+        last valid entry deletes the files after it and leaves the units after it in its file as they are: it only
+        moves the write position, which ``MmapFileList.load`` sets to the file's end again on the next start, whose
+        walk reads unit i only for an entry i it walks (``stale_unit_actions``: ``repair``'s)."""
         store, dl, actions = run.store, self.dl, []
         if dl.rewrite_from is not None:
             start, size, layout = dl.rewrite_from * dfmt.INDEX_UNIT_SIZE, index_file_size(store), store.commitlog.layout
@@ -107,8 +110,9 @@ class DLedgerLog(LogKind):
                         for b in missing]
             actions += _index_ranges(store, "write-dledger-index", start, dl.index_cut,
                                      f"DLedger index units from entry {dl.rewrite_from} on disagree with their entries: rewritten from them", missing)
-        if (tail := _written_from(store.commitlog, dl.last_index + 1)) > dl.last_index + 1:
-            actions += _index_ranges(store, "zero-range", dl.index_cut, tail * dfmt.INDEX_UNIT_SIZE, "DLedger index units past the last valid entry (truncateOffset)")
+        # the units after the cut stay, the files after it go (truncateOffset: destroyExpiredFiles, deleteExpiredFiles)
+        actions += [Action("delete", rel(store, path), note="DLedger index file after the last valid entry (truncateOffset)")
+                    for base, path in store.commitlog.layout.index_files() if base > dl.index_cut]
         return actions
 
     def notes(self, run: RecoveryRun) -> list[str]:

@@ -47,6 +47,7 @@ from ..verify.state import checkpoint_ahead_findings, config_file_findings, cons
 from .plans import PlanOptions
 from .plans import Action, CheckpointPlan, Expected, Plan, _from_json_value, _to_json_value
 from .planners import plan_rebuild_cq, plan_rebuild_index  # under every candidate version, as the commands plan
+from .dledger import stale_unit_actions
 from ..store.walkedchain import WalkedChain
 
 # Commit log findings that name bytes which are gone: no repair brings the records back.
@@ -633,12 +634,13 @@ class Triage:
     checkpoint: list[Finding] = dataclasses.field(default_factory=list)
     configs: list[Finding] = dataclasses.field(default_factory=list)
     abort: list[Finding] = dataclasses.field(default_factory=list)
+    dledger_units: list[Finding] = dataclasses.field(default_factory=list)  # DLedger index units past the last entry
     lost: list[Expected] = dataclasses.field(default_factory=list)
     last_timestamp: int | None = None
 
     @property
     def fixable(self) -> bool:
-        return bool(self.queues or self.units or self.index or self.checkpoint or self.configs or self.abort)
+        return bool(self.queues or self.units or self.index or self.checkpoint or self.configs or self.abort or self.dledger_units)
 
 
 def verify_findings(store: Store, checks: tuple[str, ...] = CHECKS, *, walked: dict | None = None) -> tuple[list[Finding], Verification]:
@@ -724,6 +726,8 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
         out.checkpoint.append(f)
     elif f.kind == "abort-present":
         out.abort.append(f)
+    elif f.kind == "dledger-index" and (f.details or {}).get("index") is None:
+        out.dledger_units.append(f)
     elif f.kind in ("timer-reference", "timer-wheel"):
         d = f.details or {}
         # lost: a message past the log's end, units outside the timer log or cut off a file's tail, the slots of undelivered messages,
@@ -809,7 +813,8 @@ def expected(f: Finding, lost_data: bool, fixed_by: str | None = None) -> Expect
 def expected_after(t: Triage) -> list[Expected]:
     """Every triaged finding, with the repair step that removes it (or ``lost_data``)."""
     fixed = (("rebuild-cq", [f for fs in t.queues.values() for f in fs]), ("mend-units", t.units), ("rebuild-index", t.index),
-             ("rewrite-checkpoint", t.checkpoint), ("restore-config", t.configs), ("remove-abort", t.abort))
+             ("rewrite-checkpoint", t.checkpoint), ("restore-config", t.configs), ("remove-abort", t.abort),
+             ("zero-dledger-units", t.dledger_units))
     return [expected(f, False, step) for step, found in fixed for f in found] + t.lost
 
 
@@ -846,6 +851,9 @@ def steps_of(t: Triage) -> list[RepairStep]:
                          "reads the .bak on every start but never rewrites the file)", (f.file,)) for f in t.configs]
     if t.abort:
         steps.append(RepairStep("remove-abort", True, "the abort file is still present after the recovery", ("abort",)))
+    steps += [RepairStep("zero-dledger-units", True, f"{f.found - f.expected} DLedger index unit(s) past the last entry: zeroed (the "
+                         "broker's recovery only moves the index's write position before them, MmapFileList.truncateOffset)", (f.file,))
+              for f in t.dledger_units]
     return steps
 
 
@@ -879,6 +887,8 @@ def plan_state_fixes(store: Store, t: Triage) -> Plan | None:
     if t.abort:
         actions.append(Action("delete", "abort", note="the abort file is still present after the recovery"))
     actions += unit_fixes(store, t.units)
+    for f in t.dledger_units:
+        actions += stale_unit_actions(store, f.expected - 1)
     if not actions:
         return None
     version = store.version
@@ -1002,13 +1012,14 @@ def _at_or_after(offset: int | None, start: int | None) -> bool:
 
 
 def _units_fixed(f: Finding, recover: Plan) -> bool:
-    """A ``dledger-index`` finding DLedger's recovery removes (``write-dledger-index``, ``zero-range``)."""
+    """A ``dledger-index`` finding of a unit DLedger's recovery rewrites (``write-dledger-index``); not one of units past the
+    last entry, which it leaves (``stale_unit_actions``)."""
     from ..formats import dledger as dlfmt  # only for a DLedger store's finding
 
     under = [a for a in recover.actions if a.path.startswith(f"{f.file}/")]
     number = (f.details or {}).get("index")
     if number is None:
-        return any(a.op == "zero-range" for a in under)
+        return False
     return any(a.op == "write-dledger-index" and (int(Path(a.path).name) + a.start) // dlfmt.INDEX_UNIT_SIZE <= number for a in under)
 
 

@@ -14,6 +14,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+import numpy as np
+
 from ..errors import BadInput, BadStoreFile
 from ..formats import commitlog as fmt
 from ..formats import dledger as dfmt
@@ -163,6 +165,24 @@ class DLedgerCommitLog(CommitLog):
             if mf.base_offset <= offset and offset + dfmt.INDEX_UNIT_SIZE <= mf.base_offset + mf.size:
                 return dfmt.decode_index_unit(mf.buf, offset - mf.base_offset, number)
         return None
+
+    def units_written_from(self, number: int) -> int:
+        """The first all-zero (never written) unit of ``index/`` at or after unit ``number``: the end of the units past the
+        last entry that the broker's recovery leaves (``MmapFileList.truncateOffset`` moves the write position only, §15.4)."""
+        unit = dfmt.INDEX_UNIT_SIZE
+        for mf in self._index_files():
+            first, count = mf.base_offset // unit, mf.size // unit
+            if number >= first + count:
+                continue
+            if number < first:  # no file holds it
+                return number
+            rows = np.frombuffer(mf.buf, np.uint8, count * unit).reshape(count, unit)[number - first :]
+            empty = np.flatnonzero(~rows.any(axis=1))
+            del rows
+            if empty.size:
+                return number + int(empty[0])
+            number = first + count
+        return number
 
     def indexed_entry_after(self, offset: int) -> int | None:
         """The position of the first entry ``index/`` places after ``offset`` (its written units ascend in pos), or None: where

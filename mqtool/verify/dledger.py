@@ -51,17 +51,6 @@ class IndexUnits:
                 found |= sel
         return units, found
 
-    def written(self) -> int:
-        """Units up to the first all-zero one."""
-        total = 0
-        for _, array in self.arrays:
-            raw = array.view(np.uint8).reshape(-1, dfmt.INDEX_UNIT_SIZE) if array.shape[0] else np.empty((0, 32), np.uint8)
-            empty = np.flatnonzero(~raw.any(axis=1))
-            if empty.size:
-                return total + int(empty[0])
-            total += array.shape[0]
-        return total
-
     def close(self) -> None:
         self.arrays = []
         for mf in self.maps:
@@ -351,9 +340,11 @@ class DLedgerLogCheck:
                     fate += f" and rewrites the index from unit {dl.rewrite_from} on"
             yield warning("dledger-index", f"index unit {number} disagrees with its entry: {fate} ({missing} unit(s) missing)",
                           file=home, offset=offset, details={"index": number})
-        written = units.written()
+        written = self.commitlog.units_written_from(last_index + 1)
         if last_index >= 0 and written > last_index + 1:
-            yield warning("dledger-index", f"{written - last_index - 1} index unit(s) past the last entry {last_index}: truncated on the broker's next start", file=home, expected=last_index + 1, found=written)
+            yield warning("dledger-index", f"{written - last_index - 1} index unit(s) past the last entry {last_index}: the broker's "
+                          "recovery leaves them (it only moves the index's write position); `repair` zeroes them",
+                          file=home, expected=last_index + 1, found=written)
 
     def _checkpoint(self, last_index: int) -> Iterator[Finding]:
         layout = self.commitlog.layout
