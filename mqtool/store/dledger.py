@@ -100,6 +100,9 @@ def segments_of(paths: list[tuple[int, Path]], expected: int | None) -> tuple[li
     return [Segment(p, base, size, True) for base, p, size in sizes], expected or 1 << 30
 
 
+UNITS_A_STEP = 1 << 15  # index units ``units_written_from`` looks at a time (1 MiB)
+
+
 class DLedgerCommitLog(CommitLog):
     """The commit log of a DLedger store: records sit inside entries (offsets = pos + 48)."""
 
@@ -176,11 +179,13 @@ class DLedgerCommitLog(CommitLog):
                 continue
             if number < first:  # no file holds it
                 return number
-            rows = np.frombuffer(mf.buf, np.uint8, count * unit).reshape(count, unit)[number - first :]
-            empty = np.flatnonzero(~rows.any(axis=1))
+            rows = np.frombuffer(mf.buf, np.uint8, count * unit).reshape(count, unit)
+            for at in range(number - first, count, UNITS_A_STEP):  # a step at a time: the first zero unit is usually near
+                empty = np.flatnonzero(~rows[at : at + UNITS_A_STEP].any(axis=1))
+                if empty.size:
+                    del rows
+                    return first + at + int(empty[0])
             del rows
-            if empty.size:
-                return number + int(empty[0])
             number = first + count
         return number
 
