@@ -520,7 +520,7 @@ def run_verify(scan: Scan, out: Output) -> dict:
         # included), from the check's own walk (``Verification._settle_next_start``)
         walked_from, end = (None if store.is_dledger else check.broker_walk(store.config.check_crc_on_recover)) or (None, None)
         start = next_start(store, end, walked_from)
-        logical_end, end_reason = (start.logical_end, start.end_reason) if start.logical_end is not None else (r.logical_end, r.end_reason)
+        logical_end, end_reason = start.reported_end(end)
         brokers.append({"broker": b.broker, "records": r.records, "logical_end": logical_end, "end_reason": end_reason, "findings": len(findings), "notes": check.notes})
     target = out.write_table(pa.Table.from_pylist(rows, schema=arrow_schema(FINDING_COLUMNS)), "findings")
     print_table("findings", rows, ["broker", "severity", "kind", "offset", "file"])

@@ -225,7 +225,19 @@ def test_verify_goes_past_damage_the_broker_never_reads_as_mqtool_verify_does(sp
 def test_verify_reports_the_end_mqtool_verify_reports(spark, tmp_path):
     """A body byte flipped in the segment the broker's normal recovery scans from: the broker cuts
     the log at that record (checkCRCOnRecover), and the brokers table and report say that end, as
-    `mqtool verify` does (before: the end of the record chain, 4790502 "zeros", past the cut)."""
+    `mqtool verify` does (before: the end of the record chain, 4790502 "zeros", past the cut). And a store
+    4.9.7 refuses (a segment of the wrong length) whose log left ends at a blank in its last segment: that
+    blank, as `mqtool verify` says (before: the segment's end)."""
+    from mqtool.formats.commitlog import encode_blank
+
+    refused = copy_store("4.9.7", "config-real", tmp_path / "refused")
+    os.truncate(refused / "commitlog" / f"{1 << 20:020d}", 271493)
+    msgs = manifest("4.9.7", "config-real")["messages"]
+    present = sorted(m["commitLogOffset"] for m in msgs if m["present"] and m["commitLogOffset"] >= 2 << 20)
+    blank = present[len(present) // 2]
+    with open(refused / "commitlog" / f"{2 << 20:020d}", "r+b") as f:
+        f.seek(blank - (2 << 20))
+        f.write(encode_blank((3 << 20) - blank))
     root = copy_store("4.9.7", "clean-small", tmp_path)
     msgs = sorted(manifest("4.9.7", "clean-small")["messages"], key=lambda m: m["commitLogOffset"])
     m = next(m for m in msgs if m["commitLogOffset"] >= 2 << 20 and m["bodyLength"] > 200)
@@ -233,12 +245,13 @@ def test_verify_reports_the_end_mqtool_verify_reports(spark, tmp_path):
     data = bytearray(segment.read_bytes())
     data[m["commitLogOffset"] - (2 << 20) + 120] ^= 0xFF  # inside the body (88 or 112 bytes of header before it)
     segment.write_bytes(bytes(data))
-    o = job.JobOptions(paths=[str(root)], broker_names=["b"], output=str(tmp_path / "out"), mode="verify", format="csv")
-    [broker] = job.run(o, spark)["brokers"]
-    with Store.open(root) as store:
-        run = Verification(store, VerifyOptions(checks=("commitlog",)))
-        list(run.findings())
-    assert (broker["logical_end"], broker["end_reason"]) == (run.summary.logical_end, run.summary.end_reason) == (m["commitLogOffset"], "crc")
+    o = job.JobOptions(paths=[str(root), str(refused)], broker_names=["b", "r"], output=str(tmp_path / "out"), mode="verify", format="csv")
+    brokers = {b["broker"]: b for b in job.run(o, spark)["brokers"]}
+    for broker, path, end in (("b", root, (m["commitLogOffset"], "crc")), ("r", refused, (blank, "blank-in-last-segment"))):
+        with Store.open(path) as store:
+            run = Verification(store, VerifyOptions(checks=("commitlog",)))
+            list(run.findings())
+        assert (brokers[broker]["logical_end"], brokers[broker]["end_reason"]) == (run.summary.logical_end, run.summary.end_reason) == end
 
 
 def test_the_data_source_from_user_code(spark):

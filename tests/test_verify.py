@@ -521,6 +521,22 @@ def test_a_segment_of_the_wrong_length_is_a_finding(store_copy):
     assert summary["commitlog"]["records"] == len(outside) and summary["consume_queues"]["queues"] > 0
 
 
+def test_a_refused_start_reports_the_end_of_the_log_read_at_its_last_blank(store_copy):
+    """4.9.7 refuses to start on a segment of the wrong length (rules-by-version 2.13); the log mqtool reads (that
+    file left out) ends at a blank written at a record start in its last segment, where §8.3's scan stops. Every
+    `verify` reports that blank as the logical end (before: null with --only commitlog, the blank only where the
+    queue checks ran, the segment's end in the Spark job)."""
+    root = store_copy("4.9.7", "config-real")
+    os.truncate(root / "commitlog" / f"{SEGMENT:020d}", 271493)
+    present = [m for m in messages("4.9.7", "config-real") if m["present"] and m["commitLogOffset"] >= 2 * SEGMENT]
+    blank = present[len(present) // 2]["commitLogOffset"]
+    patch(root, blank, cl.encode_blank(3 * SEGMENT - blank))
+    for args in ([], ["--only", "commitlog"], ["--only", "cq"]):
+        code, findings, summary = verify(root, *args)
+        assert code == 1 and summary["next_start"]["logical_end"] is None and "refuses to start" in summary["next_start"]["line"]
+        assert (summary["commitlog"]["logical_end"], summary["commitlog"]["end_reason"]) == (blank, "blank-in-last-segment"), args
+
+
 @pytest.mark.parametrize("args", [["/no/such/store"], ["{fixture}", "--only", "everything"], ["{fixture}", "--from-offset", "10", "--to-offset", "5"]])
 def test_bad_arguments_fail_cleanly(args):
     args = [a.format(fixture=store_path("4.9.7", "clean-small")) for a in args]

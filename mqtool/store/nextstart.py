@@ -71,6 +71,14 @@ class NextStart:
             return f"zeros at {self.logical_end}"
         return f"{ENDS.get(self.end_reason, self.end_reason)} at {self.logical_end}"
 
+    def reported_end(self, walked: ScanEnd | None) -> tuple[int | None, str]:
+        """(logical end, why) as ``verify`` and the Spark job report them (docs/verify.md): where this start ends the log;
+        where the broker refuses to start, where ``walked`` ends (the check's walk, with the broker's checks, of the files
+        mqtool reads: the refused ones left out; a blank in the last segment ends it at the blank, as §8.3's scan does)."""
+        if self.logical_end is not None or walked is None:
+            return self.logical_end, self.end_reason
+        return walked.offset, walked.reason
+
     def as_dict(self) -> dict[str, Any]:
         return {"mode": self.mode, "logical_end": self.logical_end, "dropped_messages": self.dropped_messages, "reason": self.reason,
                 "scan_from": self.scan_from, "blank_at": self.blank_at, "stall": self.stall, "line": self.line()}

@@ -228,6 +228,7 @@ class CommitLogCheck:
         yield from self._segment_sequence()
         result = self.result
         after: list[tuple[SegmentReport, Run | Gap]] = []
+        blank_at = None  # the last blank the chain went on at: where it ends if no segment follows (§8.3)
         reports = iter(segment_reports(self.tasks(), self.jobs, self.progress, self.chain, self.walked) if reports is None else reports)
         try:
             for report in reports:
@@ -244,6 +245,7 @@ class CommitLogCheck:
                     if chain.last_ts is not None:
                         result.last_timestamp = chain.last_ts
                     if chain.code == fs.OK_BLANK:
+                        blank_at = report.base + chain.end
                         yield from self._blank_findings(report)
                         continue
                     if chain.code == fs.END_LIMIT:
@@ -268,7 +270,7 @@ class CommitLogCheck:
             self.notes.append(f"no commit log segment holds {asked} (the files hold [{log.min_offset}, {log.end_of_files})): no record was checked")
         if result.logical_end is None and result.end_reason is None:
             last = self.commitlog.segments[-1] if self.commitlog.segments else None
-            result.logical_end = last.end_offset if last is not None else self.start
+            result.logical_end = blank_at if blank_at is not None else last.end_offset if last is not None else self.start
             result.end_reason = fs.StopReason.BLANK_LAST if last is not None else fs.StopReason.NO_SEGMENTS
         if self._end_unread():
             self._broker_start = self.unread_before()

@@ -182,13 +182,13 @@ class Verification:
         """``summary.next_start``: the broker's next start (``store.nextstart``), from the
         commit log check's walk where it made one (no second walk of the log), with where a
         record whose dispatch throws stops it (``lmq.with_stall``); the logical end the summary
-        reports is its end."""
+        reports is its end (``NextStart.reported_end``)."""
         from ..store.nextstart import next_start
 
         walked_from, end = walked if walked is not None else (None, None)
         found = with_stall(self.store, next_start(self.store, end, walked_from))
         if found is not None:
-            self.summary.logical_end, self.summary.end_reason = found.logical_end, found.end_reason
+            self.summary.logical_end, self.summary.end_reason = found.reported_end(end)
             self.summary.next_start = found
 
     def _cross_check(self, cross: list[str], start: int, stop: int | None, logical_end: int | None) -> Generator[Finding, None, CrossCheckOutcome]:
