@@ -47,7 +47,6 @@ from ..verify.state import checkpoint_ahead_findings, config_file_findings, cons
 from .plans import PlanOptions
 from .plans import Action, CheckpointPlan, Expected, Plan, _from_json_value, _to_json_value
 from .planners import plan_rebuild_cq, plan_rebuild_index  # under every candidate version, as the commands plan
-from .dledger import stale_unit_actions
 from ..store.walkedchain import WalkedChain
 
 # Commit log findings that name bytes which are gone: no repair brings the records back.
@@ -887,8 +886,11 @@ def plan_state_fixes(store: Store, t: Triage) -> Plan | None:
     if t.abort:
         actions.append(Action("delete", "abort", note="the abort file is still present after the recovery"))
     actions += unit_fixes(store, t.units)
-    for f in t.dledger_units:
-        actions += stale_unit_actions(store, f.expected - 1)
+    if t.dledger_units:
+        from .dledger import stale_unit_actions  # a DLedger store's only
+
+        for f in t.dledger_units:
+            actions += stale_unit_actions(store, f.expected - 1)
     if not actions:
         return None
     version = store.version
