@@ -376,7 +376,7 @@ def test_a_repair_plan_calls_lost_data_only_the_findings_that_are(tmp_path):
     """Before: the repair plan headed every finding verify would still report "Lost data: ..." (4.9.7 config-real:
     five consumer offsets past their queue's end, which `repair --yes` itself says are not lost data, exit 0).
     The heading counts the lost data among them and a column says which (the plan's JSON `lost_data`)."""
-    store = store_path("4.9.7", "config-real")
+    store = copy_store("4.9.7", "config-real", tmp_path / "real")  # a copy: repair refuses a store another test's process reads
     remaining = json.loads(run("repair", store, "-f", "json").stdout)["remaining"]
     assert len(remaining) == 5 and not any(e["lost_data"] for e in remaining)
     shown = run("repair", store, env={"COLUMNS": "100"})

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from conftest import MAIN_VERSIONS, manifest, parse_host, store_path
+from conftest import MAIN_VERSIONS, copy_store, manifest, parse_host, store_path
 from mqtool.formats import dledger as dfmt
 from mqtool.formats.hashing import tags_code
 from mqtool.formats.properties import split_keys
@@ -1515,14 +1515,15 @@ def test_the_lines_of_the_dledger_fixtures_say_which_data_file_the_recovery_star
 
     first = "DLedgerMmapFileStore.recover: the first data file (it starts at the third-from-last, the first of fewer than 3)"
     for version, name in [("4.9.7", "dledger-small"), ("4.9.7", "dledger-crashed"), ("5.3.3", "dledger-small")]:  # not abnormal_start
-        plan = json.loads(_cli("recover", store_path(version, name), "--dry-run", "-f", "json", "--broker-version", version).stdout)
+        copy = copy_store(version, name, tmp_path)  # a copy: recover refuses a store another test's process reads
+        plan = json.loads(_cli("recover", copy, "--dry-run", "-f", "json", "--broker-version", version).stdout)
         assert plan["commitlog"]["scan_rule"] == first
     _, findings, _ = _verify(store_path("4.9.7", "dledger-crashed"))
     assert any(f["kind"] == "abort-present" and f"from offset 0: {first})" in f["message"] for f in findings)
     _, findings, _ = _verify(store_path("5.3.3", "dledger-crashed-cqloss"))
     [uncommitted] = [f["message"] for f in findings if f["kind"] == "dledger-checkpoint"]
     assert uncommitted.startswith("entry 645 is written but not committed") and uncommitted.endswith("does with it")
-    text = " ".join(_cli("recover", store_path("5.3.3", "dledger-crashed-cqloss"), "--dry-run").stdout.split())
+    text = " ".join(_cli("recover", copy_store("5.3.3", "dledger-crashed-cqloss", tmp_path), "--dry-run").stdout.split())
     after = recovered("5.3.3", "dledger-crashed-cqloss")["dledgerAfterShutdown"]["checkpoint"]["text"]
     assert after == "committedIndex=645\nendIndex=645\n"
     assert "write-dledger-checkpoint dledger-n0/checkpoint committedIndex 645 and endIndex 645: the last recovered entry" in text
