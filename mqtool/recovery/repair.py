@@ -1003,10 +1003,7 @@ def recovered_offset_findings(store: Store, findings: list[Finding], recover: Pl
         unchanged = unchanged and ranges[q.topic, q.queue_id] == QueueRange(q.min_before, q.max_before)
     if unchanged:
         return findings
-    placed = [f for f in consumer_offset_findings(store, ranges) if f.severity.fails]
-    at = next((i for i, f in enumerate(findings) if f.kind == "consumer-offset-range"), len(findings))
-    rest = [f for f in findings if f.kind != "consumer-offset-range"]
-    return rest[:at] + placed + rest[at:]
+    return _replaced(findings, "consumer-offset-range", lambda f: True, [f for f in consumer_offset_findings(store, ranges) if f.severity.fails])
 
 
 def _at_or_after(offset: int | None, start: int | None) -> bool:

@@ -107,8 +107,12 @@ TIMER_ERA = next(e for e in ERAS if e.name == "E13")
 def first_pass_start(bases: list[int], check: fmt.TimerCheck | None, file_size: int | None) -> int:
     """Where ``TimerMessageStore.recover``'s first ``recoverAndRevise`` starts (5.0.0-5.3.3): at the timer log file holding
     timercheck's ``lastTimerLogFlushPos`` less a file's size (0 at least), or the first file."""
-    begin = max(0, (check.last_timer_log_flush_pos if check is not None else 0) - (file_size or 0))
-    return max((b for b in bases if b <= begin), default=bases[0] if bases else 0)
+    return _file_holding(bases, max(0, (check.last_timer_log_flush_pos if check is not None else 0) - (file_size or 0)))
+
+
+def _file_holding(bases: list[int], offset: int) -> int:
+    """The base of the timer log file (of those at ``bases``, ascending) that holds ``offset``, else of the first (0: none)."""
+    return max((b for b in bases if b <= offset), default=bases[0] if bases else 0)
 
 
 @dataclass(frozen=True)
@@ -151,7 +155,7 @@ def recovered_wheel(slots: list[fmt.WheelSlot], units: dict[int, tuple[int, int]
     last = revised(first_pass)
     ahead = [s.first_pos for s in slots if last[s.slot] > end and s.time_slot >= read_from]
     if ahead and min(ahead) < end:
-        last = revised(min(first_pass, max((b for b in bases if b <= min(ahead)), default=bases[0] if bases else 0)))
+        last = revised(min(first_pass, _file_holding(bases, min(ahead))))
     return RecoveredWheel(own, last, read_from)
 
 
