@@ -252,7 +252,8 @@ class SurvivorSearch:
                 pairs = np.unique(np.stack([compute.list_parent_indices(keys).to_numpy()[at], who], axis=1), axis=0)  # a key repeated in one record counts once
                 rows, who = pairs[:, 0], pairs[:, 1]
             else:
-                rows, who = matcher.match(batch[column] if self.kind is IdKind.key else _hex_upper(batch[column]))
+                values = batch[column]  # mqtool's offsetMsgIds are upper case already: only a UNIQ_KEY may come in lower case
+                rows, who = matcher.match(_hex_upper(values) if self.kind is IdKind.uniq_key else values)
             if len(rows) == 0:
                 continue
             matched = compute.take(batch, rows)
