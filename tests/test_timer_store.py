@@ -245,3 +245,27 @@ def test_a_real_queue_id_the_broker_cannot_parse_is_no_queue_not_a_crash():
     from mqtool.formats.dispatch import java_int_or_none  # what timer_report reads REAL_QID with
 
     assert [java_int_or_none(t) for t in ("3", "-1", "+2", "٣", None, "--1", "²", "", "1 ", "2147483648")] == [3, -1, 2, 3, None, None, None, None, None, None]
+
+
+def test_a_timer_stores_verify_walks_the_commit_log_once(monkeypatch):
+    """``timer-crashed``'s ``timercheck-behind`` says how many of the messages the broker enqueues again were delivered already or
+    still have a unit (``scan.timer.delivered_again``). Before, that count walked the commit log twice more (from the message of
+    the log's last unit for the queue's records, then all of it for their deliveries) after the timer check's own walk
+    (``timer_report``); it is now taken from that walk. The count stays the manifest's: the 10 messages of queue offsets from
+    timercheck's masterTimerQueueOffset on that have a unit or were delivered."""
+    import mqtool.scan.timer as timer_scan
+
+    walks = []
+
+    class Counted(timer_scan.MessageScan):
+        def __init__(self, store, **kw):
+            walks.append(kw.get("stop"))  # a stop: the timer queue's redispatch, from the recovery's start (timer_queue_range)
+            super().__init__(store, **kw)
+
+    monkeypatch.setattr(timer_scan, "MessageScan", Counted)
+    m = manifest("5.3.3", "timer-crashed")
+    master = m["timer"]["timercheck"]["masterTimerQueueOffset"]
+    again = sum(1 for msg in m["messages"] if (t := msg.get("timer")) and t["wheelQueueOffset"] >= master and (t["delivered"] or t["timerLogUnits"]))
+    [behind] = _timer_findings(store_path("5.3.3", "timer-crashed"))
+    assert f", {again} of them delivered already or still in the timer log, which it delivers a second time" in behind.message
+    assert [stop for stop in walks if stop is None] == [None]

@@ -44,11 +44,15 @@ STATES = ("pending", "delivered", "rolled", "cancelled", "lost")
 
 @dataclass
 class TimerReport:
-    """The rows (one per timer log unit, in log order) and where the log and the commit log end."""
+    """The rows (one per timer log unit, in log order) and where the log and the commit log end; from the same walk of the
+    commit log (``_walk``): ``queued``, the offset and queue offset of each ``rmq_sys_wheel_timer`` queue 0 record, in log
+    order, and ``deliveries``, the (offset, topic) of the records carrying the identity of a unit's record or of a queued one."""
 
     rows: list[dict]
     log_end: TimerLogEnd
     commitlog_end: int
+    queued: pa.Table
+    deliveries: dict[str, list[tuple[int, str]]]
 
 
 def _timer_record(store: Store, offset: int, size: int):
@@ -67,25 +71,40 @@ def _identity(uniq_key: str | None, born_timestamp: int, body_crc: int) -> str:
     return f"u:{uniq_key}" if uniq_key else f"b:{born_timestamp}:{body_crc}"
 
 
-def _deliveries(store: Store, identities: set[str]) -> tuple[dict[str, list[tuple[int, str]]], int]:
-    """For each of ``identities``: the (offset, topic) of the records carrying it; and the commit log's logical end."""
+def _walk(store: Store, identities: set[str]) -> tuple[pa.Table, dict[str, list[tuple[int, str]]], int]:
+    """One walk of the commit log: the ``queued`` and ``deliveries`` of ``TimerReport``, ``identities`` (the units' records')
+    and each queued record's identity looked for (a delivered copy follows its timer record: a batch's queued records join
+    the identities before its rows are matched); and the commit log's logical end."""
     found: dict[str, list[tuple[int, str]]] = {}
+    born_ids = {i for i in identities if i.startswith("b:")}
     uniq = pa.array(sorted(i[2:] for i in identities if i.startswith("u:")), pa.string())
-    born = pa.array(sorted({int(i.split(":")[1]) for i in identities if i.startswith("b:")}), pa.int64())
-    scan = MessageScan(store, columns=["offset", "topic", "uniq_key", "born_timestamp", "body_crc"], check_crc=False)
+    born = pa.array(sorted({int(i.split(":")[1]) for i in born_ids}), pa.int64())
+    queued = []
+    scan = MessageScan(store, columns=["offset", "topic", "queue_id", "queue_offset", "uniq_key", "born_timestamp", "body_crc"],
+                       check_crc=False)
+    timers = MessageFilter(topics=(fmt.TIMER_TOPIC,), queue=0)
     for batch in scan:
+        timer = compute.filter(batch, timers.mask(batch))
+        if len(timer):
+            queued.append(timer.select(["offset", "queue_offset"]))
+            uniq = pa.concat_arrays([uniq, compute.drop_null(timer["uniq_key"])])
+            keyless = compute.filter(timer, compute.is_null(timer["uniq_key"]))
+            if len(keyless):
+                born = pa.concat_arrays([born, keyless["born_timestamp"]])
+                born_ids.update(_identity(None, r["born_timestamp"], r["body_crc"]) for r in keyless.to_pylist())
         wanted = compute.or_(compute.fill_null(compute.is_in(batch["uniq_key"], uniq), False),
                              compute.and_(compute.is_null(batch["uniq_key"]), compute.is_in(batch["born_timestamp"], born)))
         for row in compute.filter(batch, wanted).to_pylist():
             identity = _identity(row["uniq_key"], row["born_timestamp"], row["body_crc"])
-            if identity in identities:
+            if row["uniq_key"] or identity in born_ids:
                 found.setdefault(identity, []).append((row["offset"], row["topic"]))
-    return found, scan.end.offset
+    table = pa.Table.from_batches(queued, pa.schema([("offset", pa.int64()), ("queue_offset", pa.int64())]))
+    return table, found, scan.end.offset
 
 
 def _delivered(deliveries: dict[str, list[tuple[int, str]]], identity: str | None, real_topic: str | None, offset: int) -> int | None:
     """Where the timer record at ``offset`` was delivered (``state`` ``delivered``): the first record of its real topic
-    carrying its identity after it (``_deliveries``); None if none."""
+    carrying its identity after it (``_walk``); None if none."""
     return next((o for o, t in deliveries.get(identity, ()) if t == real_topic and o > offset), None)
 
 
@@ -94,25 +113,24 @@ def delivered_again(store: Store, report: TimerReport, start: int) -> int:
     ``start``: after the message of the timer log's last unit, or timercheck's ``masterTimerQueueOffset`` where lower) were
     delivered already (``_delivered``) or still have a unit in the timer log (from further back than that message): ``enqueue``
     takes no note of either, so the broker delivers each a second time, a delivered one at once (``putMessageToTimerWheel``:
-    due before ``currWriteTimeMs``, straight to ``dequeuePutQueue``; 5.0.0-5.3.3, reference §9)."""
+    due before ``currWriteTimeMs``, straight to ``dequeuePutQueue``; 5.0.0-5.3.3, reference §9). From the report's walk
+    (``TimerReport.queued``, ``deliveries``): no second one."""
     after = report.rows[-1]["offset"] if report.rows else store.commitlog.min_offset
     try:  # where the queue has ``start``, from its message on; else after the last unit's message (the queue is in log order)
         entry = store.consume_queue(fmt.TIMER_TOPIC, 0).read_entry(start)
     except (LookupError, OSError, ValueError):
         entry = None
     after = min(after, entry.phys_offset) if entry is not None else after
-    scan = MessageScan(store, start=after, columns=["offset", "queue_offset"],
-                       match=MessageFilter(topics=(fmt.TIMER_TOPIC,), queue=0), check_crc=False)
-    offsets = [o for batch in scan for o, q in zip(batch["offset"].to_pylist(), batch["queue_offset"].to_pylist()) if q >= start]
+    queued = report.queued
+    again = compute.and_(compute.greater_equal(queued["offset"], after), compute.greater_equal(queued["queue_offset"], start))
     in_log = {row["offset"] for row in report.rows if row["state"] in ("pending", "delivered", "rolled")}
-    timers = {}  # offset -> (identity, real topic) of each message enqueued again
-    for offset in offsets:
+    n = 0
+    for offset in compute.filter(queued["offset"], again).to_pylist():
         record = store.commitlog.read_record(offset)
         props = record.property_map(legacy=store.legacy_properties)
         identity = _identity(props.get(PropertyKey.UNIQ_KEY), record.born_timestamp, record.body_crc)
-        timers[offset] = identity, props.get(PropertyKey.REAL_TOPIC)
-    deliveries, _ = _deliveries(store, {identity for identity, _ in timers.values()})
-    return sum(o in in_log or _delivered(deliveries, identity, topic, o) is not None for o, (identity, topic) in timers.items())
+        n += offset in in_log or _delivered(report.deliveries, identity, props.get(PropertyKey.REAL_TOPIC), offset) is not None
+    return n
 
 
 def timer_report(store: Store, timer: TimerStore) -> TimerReport:
@@ -124,7 +142,7 @@ def timer_report(store: Store, timer: TimerStore) -> TimerReport:
     legacy = store.legacy_properties
     props = {offset: r.property_map(legacy=legacy) for offset, r in records.items() if r is not None}
     identity = {offset: _identity(props[offset].get(PropertyKey.UNIQ_KEY), r.born_timestamp, r.body_crc) for offset, r in records.items() if r is not None}
-    deliveries, end = _deliveries(store, set(identity.values()))
+    queued, deliveries, end = _walk(store, set(identity.values()))
     rows = []
     for unit in units:
         p = props.get(unit.offset_py)
@@ -145,7 +163,7 @@ def timer_report(store: Store, timer: TimerStore) -> TimerReport:
         keys = p.get(PropertyKey.KEYS, "").split() if p else []
         rows.append(dict(zip(TIMER_FIELDS, (unit.timer_log_offset, unit.magic, unit.prev_pos, unit.curr_write_time_ms, unit.delivery_time,
                                             unit.offset_py, unit.size_py, real_topic, real_queue_id, uniq_key, keys, state, delivered))))
-    return TimerReport(rows, timer.log.end, end)
+    return TimerReport(rows, timer.log.end, end, queued, deliveries)
 
 
 def timer_summary(store: Store, start: NextStart | None = None, *, next_count: int = 5) -> dict | None:
