@@ -1079,7 +1079,7 @@ def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan,
     """The findings the file fixes (``_file_fixes_of``, which ``repair`` applies first) remove, marked with their step, then
     ``expected_after`` of those the recovery leaves."""
     findings, run = verified
-    fixed, cut = file_fix_steps(findings, *_file_fixes_of(store, findings)), next_start_cut(store, recover, findings)
+    fixed, cut = file_fix_steps(findings, *_file_fixes_of(store, findings)), next_start_cut(store, recover, findings, start_after_recovery(store, recover))
     left = triage(before_cut(predict_after_recovery([f for f in findings if id(f) not in fixed], recover, store, run.last_timestamp), cut),
                   run.last_timestamp)
     return [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + expected_after(left) + unpredicted(store, cut)
@@ -1155,12 +1155,11 @@ def _left_by_file_fixes(store: Store, findings: list[Finding], fixed: dict[int, 
     return [g for f in findings for g in after(f)]
 
 
-def _rebuild_of(store: Store, queues: Iterable[tuple[str, int]], recover: Plan) -> list[Plan]:
+def _rebuild_of(store: Store, queues: Iterable[tuple[str, int]], start: ScanStart | None) -> list[Plan]:
     """The predicted ``rebuild-cq`` step's plan of ``queues``, made on the store as it is, its walk ending where the start after
-    ``recover`` ends the log (``rebuild.RebuildScan`` from ``start_after_recovery``); none where it cannot be planned (the candidate
-    versions' plans differ, a record it refuses: the step, planned again when applied, then says so), the rows then placed after
-    the recovery alone."""
-    start = start_after_recovery(store, recover)
+    the recovery (``start``: ``start_after_recovery``) ends the log (``rebuild.RebuildScan``); none where it cannot be planned (the
+    candidate versions' plans differ, a record it refuses: the step, planned again when applied, then says so), the rows then
+    placed after the recovery alone."""
     try:
         return [plan_queue_rebuild(store, queues, start.offset if start is not None else None)]
     except (Refused, BadInput):
@@ -1179,11 +1178,10 @@ def start_after_recovery(store: Store, recover: Plan) -> ScanStart | None:
     return recovery_start(store, store.rules, mode="normal", segments=left) if left else None
 
 
-def next_start_cut(store: Store, recover: Plan, findings: list[Finding]) -> tuple[ScanStart, ScanEnd] | None:
-    """(start, end) of the broker's start after ``recover`` (``start_after_recovery``) where it reads damage ``recover`` does not
-    and ends the log there, before ``recover``'s valid end (``summary.logical_end``, the next start's walk); else None. Walked
-    only where verify's ``findings`` today have damage between that start and ``recover``'s."""
-    start = start_after_recovery(store, recover)
+def next_start_cut(store: Store, recover: Plan, findings: list[Finding], start: ScanStart | None) -> tuple[ScanStart, ScanEnd] | None:
+    """(start, end) of the broker's start after ``recover`` (``start``: ``start_after_recovery``) where it reads damage ``recover``
+    does not and ends the log there, before ``recover``'s valid end (``summary.logical_end``, the next start's walk); else None.
+    Walked only where verify's ``findings`` today have damage between that start and ``recover``'s."""
     if start is None or not any(f.kind in LOST_KINDS and f.offset is not None and start.offset <= f.offset < recover.commitlog.scan_from
                                 for f in findings):
         return None
@@ -1214,11 +1212,12 @@ def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep
                    last_timestamp: int | None) -> tuple[list[RepairStep], list[Expected]]:
     """The steps ``repair`` predicts after the file fixes (``steps``, ``files``) and the recovery ``recover`` of ``store``, from
     verify's ``findings`` today, and what verify still reports after them (its "will still report" table)."""
-    fixed, cut = file_fix_steps(findings, steps, files), next_start_cut(store, recover, findings)
+    start = start_after_recovery(store, recover)
+    fixed, cut = file_fix_steps(findings, steps, files), next_start_cut(store, recover, findings, start)
     kept = before_cut(predict_after_recovery(_left_by_file_fixes(store, findings, fixed, files), recover, store, last_timestamp), cut)
     t = triage(kept, last_timestamp)
     if t.queues and store.config_file("consumerOffset.json") is not None:  # the rebuild's queue ends, for the offsets' rows
-        t = triage(recovered_offset_findings(store, kept, recover, *_rebuild_of(store, t.queues, recover)), last_timestamp)
+        t = triage(recovered_offset_findings(store, kept, recover, *_rebuild_of(store, t.queues, start)), last_timestamp)
     return steps_of(t), t.lost + unpredicted(store, cut)
 
 
