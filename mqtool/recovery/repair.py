@@ -977,16 +977,9 @@ def _unindexed_after(store: Store, recover: Plan, ix_from: int | None) -> list[F
     dropped = {f.name for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
     if not dropped or store.unreadable_index is not None or (ix_from is not None and ix_from <= store.commitlog.min_offset):
         return None
-    cached = store.__dict__.get("index_files")
-    store.index_files = [f for f in store.index_files if f.path.name not in dropped]
-    try:
-        run = Verification(store, VerifyOptions(checks=("index",), to_offset=ix_from))
-        return [f for f in run.findings() if f.kind == "index-keys-missing"]
-    finally:
-        if cached is None:
-            del store.index_files
-        else:
-            store.index_files = cached
+    kept = tuple(f for f in store.index_files if f.path.name not in dropped)
+    run = Verification(store, VerifyOptions(checks=("index",), to_offset=ix_from, index_files=kept))
+    return [f for f in run.findings() if f.kind == "index-keys-missing"]
 
 
 def recovered_offset_findings(store: Store, findings: list[Finding], recover: Plan, *later: Plan) -> list[Finding]:

@@ -29,6 +29,7 @@ class VerifyOptions:
     to_offset: int | None = None
     jobs: int = 1
     keep_going: bool = False
+    index_files: tuple | None = None  # the index files the index check reads (None: the store's); a planner's, without those a recovery deletes
 
     def __post_init__(self):
         unknown = set(self.checks) - set(CHECKS)

@@ -41,11 +41,13 @@ class CrossCheckOutcome:
 
 class CrossChecks:
     """The checks of ``cross`` (``"cq"``, ``"index"``) over records in ``[lower, upper)``;
-    ``logical_end``: the commit log's (or a stand-in no lower than the stream's end)."""
+    ``logical_end``: the commit log's (or a stand-in no lower than the stream's end); ``index_files``: those the index check
+    reads (``VerifyOptions.index_files``)."""
 
-    def __init__(self, store: Store, cross: list[str], lower: int, upper: int | None, logical_end: int):
+    def __init__(self, store: Store, cross: list[str], lower: int, upper: int | None, logical_end: int, index_files: tuple | None = None):
         self.store = store
         self.cross = cross
+        self.index_files = index_files
         self.bounds = lower, upper, logical_end
         self.checks: list = []  # made by ``begin`` (they read every queue file's ends: ``sharedwalk`` makes them beside the walk)
         self.last_timestamp: int | None = None
@@ -66,7 +68,8 @@ class CrossChecks:
             self.checks.append(ConsumeQueueCheck(store, lower=lower, upper=upper, logical_end=logical_end, redispatch_from=redispatch_from, redispatch_why=why))
         if "index" in cross:
             cp = store.checkpoint
-            self.checks.append(IndexCheck(store, lower=lower, upper=upper, logical_end=logical_end, abort_present=store.abort_present, index_msg_timestamp=cp.index_msg_timestamp if cp else None))
+            self.checks.append(IndexCheck(store, lower=lower, upper=upper, logical_end=logical_end, abort_present=store.abort_present, index_msg_timestamp=cp.index_msg_timestamp if cp else None,
+                                          files=self.index_files))
         for check in self.checks:
             yield from check.take()
 

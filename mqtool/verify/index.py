@@ -191,12 +191,13 @@ class IndexEntryCursor:
 
 class IndexCheck(FindingSink):
     """Feed every batch of valid records in offset order (``on_columns``, or ``on_batch`` when
-    the join declines it), then ``finish``."""
+    the join declines it), then ``finish``. ``files``: the index files it reads (None: the store's)."""
 
-    def __init__(self, store: Store, *, lower: int, upper: int | None, logical_end: int, abort_present: bool, index_msg_timestamp: int | None):
+    def __init__(self, store: Store, *, lower: int, upper: int | None, logical_end: int, abort_present: bool, index_msg_timestamp: int | None,
+                 files=None):
         self.store = store
         self.lower, self.upper, self.logical_end = lower, upper, logical_end
-        self.files = store.index_files if store.unreadable_index is None else []
+        self.files = (store.index_files if files is None else list(files)) if store.unreadable_index is None else []
         self.version = store.version
         self._out: list[Finding] = []
         self.enabled = store.config.message_index_enable

@@ -50,7 +50,7 @@ class SharedWalk(ChainReader):
         store = verification.store
         self.verification = verification
         self.segments = store.commitlog.segments
-        self.checks = CrossChecks(store, cross, start, None, store.commitlog.end_of_files)
+        self.checks = CrossChecks(store, cross, start, None, store.commitlog.end_of_files, verification.options.index_files)
         self.outcome = CrossCheckOutcome()
         self.next_index = store.commitlog.segment_index(start) if self.segments else None
         self.base = 0

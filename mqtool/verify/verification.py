@@ -199,7 +199,7 @@ class Verification:
         end_guess = logical_end if logical_end is not None else store.commitlog.end_of_files
         total = (stop if stop is not None else end_guess) - start
         stream.progress = self._stage("cross-check", max(total, 0))
-        cross_checks = CrossChecks(store, cross, start, stop, end_guess)
+        cross_checks = CrossChecks(store, cross, start, stop, end_guess, self.options.index_files)
         self.cross_checks = cross_checks.checks
         yield from cross_checks.begin()
         for batch in stream.walk():
