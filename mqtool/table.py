@@ -14,6 +14,9 @@ Rules, in order (issue #11 §3):
    across lines, every character shown.
 4. If even then the columns cannot fit, every row is printed as a vertical record, one
    ``name | value`` line per column (as ``psql \\x``).
+5. A key/value table (no header) keeps each key on one line where the keys take at most half the
+   width: a key wrapped (``abort`` over ``file``) reads as two rows; its values wrap instead, a
+   word longer than their room running past the edge whole (rule 1).
 
 Widths are measured in terminal cells (CJK characters take two). A cell's control codes and newlines are
 written out (``\\x1b``, ``\\n``): a value is one run of text, never lines of the table.
@@ -202,6 +205,8 @@ class Table:
         if (keep is not None and keep.vertical) or self._surely_vertical(width):
             return Layout([], [], vertical=True, dropped=[])
         natural, minimum = self._measure()
+        if not self.header and natural and natural[0] <= (width - GAP) // 2:
+            minimum[0] = natural[0]  # a key/value table's keys are labels: whole, the values wrap (rule 5)
         # the last column may overflow only with a word longer than a vertical record can hold (or,
         # squeezed, than half the width)
         room = self._vertical_value_width(width) if self.header else 0  # key/value tables never go vertical

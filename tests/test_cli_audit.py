@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -899,3 +900,27 @@ def test_no_help_splits_an_option_name_at_a_hyphen():
             shown = mqtool(command, "--help", env={"COLUMNS": columns})
             assert shown.returncode == 0, (command, shown.stderr)
             assert not [line for line in shown.stdout.splitlines() if split.search(line.rstrip())], (command, columns)
+
+
+@pytest.mark.parametrize("columns", [60, 80, 100])
+def test_info_keeps_each_key_of_its_tables_on_one_line(tmp_path, monkeypatch, columns):
+    """Before: with a store path a little narrower than the terminal (12 columns less: 48 characters at 60 columns, as the
+    fixtures' own path, 88 in a 100-column tmux) the Store table's path took the room its keys needed, the key column narrowed
+    to its longest word: "abort file" printed as "abort" beside the value and "file" alone on the next line (so "broker
+    version", "lock file"), read as a row of its own. Each key of info's key/value tables (Store, Checkpoint, Commit log, Timer
+    store) stays whole on its row's first line; the values wrap, a word longer than their room (the path) running past the
+    edge whole."""
+    folder = "d" * (columns - 12 - len("/5.3.3-timer-crashed"))
+    copy_store("5.3.3", "timer-crashed", tmp_path / folder)
+    monkeypatch.chdir(tmp_path)
+    shown = run("info", f"{folder}/5.3.3-timer-crashed", env={"COLUMNS": str(columns)})
+    assert shown.exit_code == 0, shown.stderr
+    blocks = {block.splitlines()[0]: block.splitlines()[1:] for block in shown.stdout.split("\n\n")}
+    kv = {title: lines for title, lines in blocks.items() if not any(line.startswith(("---", "-[ RECORD")) for line in lines[:2])
+          and not title.startswith("note:")}
+    assert {"Store", "Checkpoint", "Commit log", "Timer store"} <= set(kv), list(blocks)
+    for title, lines in kv.items():
+        for line in lines:  # a row's first line: its key, two spaces or more, its value; else a value's continuation
+            assert line.startswith(" ") or re.match(r"\S.*?\S {2,}\S", line), (columns, title, line)
+    keys = [line.split("  ")[0] for line in kv["Store"] if not line.startswith(" ")]
+    assert keys == ["path", "broker version", "undecided", "evidence", "abort file", "lock file"], (columns, keys)
