@@ -1132,10 +1132,62 @@ def test_whether_the_start_creates_a_dangling_index_links_target_is_judged_for_t
 @pytest.mark.parametrize("version, fixture, refuses", [("5.3.3", ("5.3.3", "crashed-small"), True), ("4.9.7", ("4.9.7", "crashed-small"), False)])
 def test_rebuild_index_says_the_start_still_refuses_on_an_index_entry_it_leaves(version, fixture, refuses, tmp_path):
     """A dangling ``index/`` link into a folder that is not there: 5.1.0+ ``DefaultMessageStore.load`` refuses to start on
-    ``IndexService.load``'s false. ``rebuild-index`` rewrites the index files and leaves the link, so the start still
-    refuses after it; its plan said nothing of that (4.9.7 leaves the later files out and starts: no note)."""
+    ``IndexService.load``'s false. Named as a file of its folder (20 digits: its bytes may be on a disk not mounted,
+    ``StrayEntry.unmounted``), ``rebuild-index`` leaves it, so the start still refuses after it; its plan said nothing of that
+    (4.9.7 leaves the later files out and starts: no note). Named by an index file's 17 digits, the rebuild moves it into the
+    backup (``test_rebuild_index_leaves_index_as_the_broker_loads_it``): no note."""
     root = copy_store(*fixture, tmp_path)
-    os.symlink("/nonexistent/dir/99999999999999999", root / "index" / "99999999999999999")
+    link = root / "index" / "00000000000000000000"
+    os.symlink("/nonexistent/dir/00000000000000000000", link)
     plan = json.loads(run("rebuild-index", root, "--broker-version", version, "--format", "json").stdout)
     said = [n for n in plan["notes"] if n.startswith("the broker's next start still refuses after this rebuild")]
-    assert len(said) == refuses and all("index/99999999999999999: a dangling symlink" in n for n in said), plan["notes"]
+    assert len(said) == refuses and all("index/00000000000000000000: a dangling symlink" in n for n in said), plan["notes"]
+    assert "index/00000000000000000000" not in [a["path"] for a in plan["actions"]]
+    link.rename(root / "index" / "99999999999999999")
+    plan = json.loads(run("rebuild-index", root, "--broker-version", version, "--format", "json").stdout)
+    assert not [n for n in plan["notes"] if n.startswith("the broker's next start still refuses")], plan["notes"]
+    assert [a["op"] for a in plan["actions"] if a["path"] == "index/99999999999999999"] == ["quarantine"]
+
+
+def _entries(folder) -> dict[str, tuple]:
+    """Every entry below ``folder``: a directory, a symlink's target, a file's bytes."""
+    found = {}
+    for dirpath, dirnames, filenames in os.walk(folder):
+        for name in dirnames + filenames:
+            path = os.path.join(dirpath, name)
+            rel = os.path.relpath(path, folder)
+            found[rel] = (("link", os.readlink(path)) if os.path.islink(path) else ("dir",) if os.path.isdir(path)
+                          else ("file", open(path, "rb").read()))
+    return found
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_rebuild_index_leaves_index_as_the_broker_loads_it(version, tmp_path):
+    """Before: ``rebuild-index --yes`` deleted the index files mqtool reads and wrote its own, but left every other entry of
+    ``index/``: a half-written temporary file, a folder named by a number (``IndexService.load`` opens each name
+    ``Long.parseLong`` reads as an index file: it stops there, 5.1.0+ refuse to start) and an old index file after it (mqtool,
+    as the load, reads none past that folder: once the folder is gone the broker would load it beside the rebuilt files).
+    Now the rebuild moves each into the backup, and ``index/`` holds what the broker loads (``list_index_files``), the rebuilt
+    files alone, but for a folder the load skips (a mount's lost+found: left); ``restore`` brings back the old ``index/``
+    exactly."""
+    from mqtool.store.index import list_index_files
+
+    root = copy_store(version, "clean-small", tmp_path)
+    index = root / "index"
+    first = sorted(os.listdir(index))[0]
+    (index / f"{first}.tmp").write_bytes(b"half-written")
+    (index / "99999999999999998").mkdir()
+    (index / "99999999999999998" / "inside").write_bytes(b"x")
+    (index / "99999999999999999").write_bytes((index / first).read_bytes())
+    (index / "lost+found").mkdir()
+    before = _entries(index)
+    plan = json.loads(run("rebuild-index", root, "--broker-version", version, "--format", "json").stdout)
+    created = sorted(f["name"] for f in plan["index"]["files"] if f["action"] == "create")
+    assert run("rebuild-index", root, "--broker-version", version, "--yes", "--backup-dir", tmp_path / "b").exit_code == EXIT_OK
+    assert sorted(os.listdir(index)) == sorted(created + ["lost+found"])
+    assert [p.name for p in list_index_files(index)] == created
+    _, out, findings = verified(root, version)
+    assert "refuses" not in first_line(out)
+    assert [(f["file"], f["severity"]) for f in findings if f["kind"].startswith("index-")] == [("index/lost+found", "info")]
+    assert run("restore", tmp_path / "b", "--yes").exit_code == EXIT_OK
+    assert _entries(index) == before

@@ -4,6 +4,7 @@ log as the broker's reput and ``IndexService.buildIndex`` write missing ones (re
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Iterator
 
@@ -30,7 +31,8 @@ from .planparts import (
 )
 from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueuePlan
 from .queues import QueueSim
-from ..store.nextstart import index_refusal
+from ..store.mappedfile import INDEX_SERVICE
+from ..store.nextstart import first_stray_refusal
 from ..store.rules import VersionRules
 from ..store.startfile import recovery_start
 from .sharedscans import SharedScans, scan_phase, topic_table
@@ -178,6 +180,35 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
     return replace(plan, inputs=plan_inputs(store, plan, sims, with_crc=with_crc))
 
 
+def _not_rebuilt(store: Store, old: list) -> tuple[list[Action], list]:
+    """The entries of ``index/`` besides the index files the rebuild replaces (``old``): a ``quarantine`` action for each it
+    moves into the backup (``restore`` puts it back), so that the folder then holds what ``IndexService.load`` loads, the
+    rebuilt files alone (a stray temporary file, a file whose name ``Long.parseLong`` rejects, which the load skips; an
+    entry named by a number that it opens as an index file; an index file after an entry the load stops at, which mqtool
+    does not read as one, ``index.list_index_files``); and the ``Store.index_strays`` it leaves: a directory whose name the
+    load skips (a mount's lost+found) and a dangling symlink named as a file of its folder (``StrayEntry.unmounted``: a disk
+    not mounted, which no mqtool command moves out)."""
+    folder = store.path("index")
+    strays = {entry.path.name: (entry, size, later) for entry, size, later in store.index_strays}
+    replaced = {f.path.name for f in old}
+    moved, left = [], []
+    for name in sorted(os.listdir(folder)) if folder.is_dir() else []:
+        stray = strays.get(name)
+        if name in replaced:
+            continue
+        if stray is None:
+            why = "an index file after an entry IndexService.load stops at"
+        elif (stray[0].offset is None and stray[0].is_dir) or stray[0].unmounted:
+            left.append(stray)
+            continue
+        elif stray[0].offset is None:
+            why = f"{stray[0].what}, which IndexService.load skips (Long.parseLong rejects its name)"
+        else:
+            why = f"{stray[0].what}, which IndexService.load opens as an index file"
+        moved.append(Action("quarantine", f"index/{name}", note=f"{why}: not the rebuild's, moved into the backup"))
+    return moved, left
+
+
 def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None,
                                    scans: SharedScans | None = None) -> Plan:
     """Regenerate every index file as ``IndexService.buildIndex`` builds them over ``RebuildScan``; the
@@ -190,10 +221,10 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
     notes = []
     if store.index_geometry is None:
         notes.append(f"no index file and no --broker-config: the broker's default geometry {DEFAULT_GEOMETRY[0]} slots x {DEFAULT_GEOMETRY[1]} entries is used")
-    if (refused := index_refusal(store)) is not None:  # an entry of index/ that is no index file: the rebuild leaves it
-        notes.append(f"the broker's next start still refuses after this rebuild, which leaves the entries of index/ that are no index "
-                     f"file as they are: {refused}")
     old = store.index_files
+    moved, left = _not_rebuilt(store, old)
+    if (refused := first_stray_refusal(store, left, INDEX_SERVICE)) is not None:
+        notes.append(f"the broker's next start still refuses after this rebuild, which leaves this entry of index/ as it is: {refused}")
     writer = index_placement(store, rules, [], old)
     counts = PhaseCounts()
     for batch in scanner:
@@ -203,6 +234,7 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
             cache.add(0, batch)
     end, notes = scanner.end.offset, scanner.notes + notes
     index_plan, actions = index_plan_of(store, [], old, writer, True, cl.min_offset, replaced=True)
+    actions += moved
     actions += write_action(False, any(f.action == "create" for f in index_plan.files))
     cp = store.checkpoint
     cp_plan = None
