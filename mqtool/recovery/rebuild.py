@@ -193,9 +193,9 @@ def _not_rebuilt(store: Store, old: list) -> tuple[list[Action], list]:
     replaced = {f.path.name for f in old}
     moved, left = [], []
     for name in sorted(os.listdir(folder)) if folder.is_dir() else []:
-        stray = strays.get(name)
         if name in replaced:
             continue
+        stray = strays.get(name)
         if stray is None:
             why = "an index file after an entry IndexService.load stops at"
         elif (stray[0].offset is None and stray[0].is_dir) or stray[0].unmounted:

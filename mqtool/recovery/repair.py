@@ -1072,7 +1072,8 @@ def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan,
     """The findings the file fixes (``_file_fixes_of``, which ``repair`` applies first) remove, marked with their step, then
     ``expected_after`` of those the recovery leaves."""
     findings, run = verified
-    fixed, cut = file_fix_steps(findings, *_file_fixes_of(store, findings)), next_start_cut(store, recover, findings, start_after_recovery(store, recover))
+    cut = next_start_cut(store, recover, findings, start_after_recovery(store, recover))
+    fixed = file_fix_steps(findings, *_file_fixes_of(store, findings))
     left = triage(before_cut(predict_after_recovery([f for f in findings if id(f) not in fixed], recover, store, run.last_timestamp), cut),
                   run.last_timestamp)
     return [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + expected_after(left) + unpredicted(store, cut)
