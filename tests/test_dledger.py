@@ -1785,3 +1785,28 @@ def test_verify_counts_the_units_past_the_last_entry_from_it_past_zeroed_units_b
     done = _cli("repair", root, "--broker-version", version, "--yes", "--backup-dir", tmp_path / "b")
     assert done.exit_code in (0, 1) and "zero-dledger-units" in done.output, done.output[-2000:]
     assert path.read_bytes() == data
+
+
+def test_a_committed_index_below_the_first_entry_is_skipped_as_dledger_skips_it(tmp_path):
+    """5.3.3 dledger-small with its first data file deleted (expired: DLedger's clean-up deletes data files alone) and
+    ``committedIndex=100``, below entry 312, the first one left. ``DLedgerMmapFileStore.recover`` sets ``ledgerBeginIndex`` from
+    the first data file's first entry (``reviseLedgerBeginIndex``) and ``updateCommittedIndex`` skips a committed index below
+    it, so ``committedPos`` stays -1 and the start-up reput begins at the first data file (``getConfirmOffset``). Before:
+    mqtool took unit 100's entry, in the deleted file, for the committed position: the plan's reput began at 406769, below
+    the log's min offset, and info said the commit log ends there right after load."""
+    from mqtool.recovery.planners import plan_recover
+    from mqtool.store.dledgerstart import data_recovery
+
+    m = manifest("5.3.3", "dledger-small")
+    root = copy_store("5.3.3", "dledger-small", tmp_path)
+    (root / "dledger-n0" / "data" / f"{0:020d}").unlink()
+    (root / "dledger-n0" / "checkpoint").write_text("committedIndex=100\nendIndex=699\n")
+    first = min(x["dledgerEntry"]["index"] for x in m["messages"] if x["dledgerEntry"]["pos"] >= SEGMENT)
+    with Store.open(root, version="5.3.3") as store:
+        dl = data_recovery(store.commitlog)
+        assert (dl.committed_index, dl.committed_pos) == (None, None)
+        assert [(p.name, p.start) for p in plan_recover(store).dispatch] == [("reput", SEGMENT)]
+    _, findings, _ = _verify(root, "--broker-version", "5.3.3")
+    assert [f["message"].split(":")[0] for f in findings if f["kind"] == "dledger-checkpoint"] == [
+        f"DLedger's checkpoint committedIndex 100 is below its first entry {first} (older data files deleted)"]
+    assert "(DLedger takes no committed position from it" in " ".join(_cli("info", root).stdout.split())

@@ -50,7 +50,9 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
             ("data files", f"{dl['data_files']} x {dl['data_file_size']} bytes" + (f" (classic commit log below {dl['divided_offset']})" if dl["divided_offset"] else "")),
             ("entries", f"{dl['entries']}: index {dl['first_index']}..{dl['last_index']}, last term {dl['last_term']}"),
             ("entry walk end", f"{dl['end_offset']} ({dl['end_reason']})"),
-            ("checkpoint", f"committedIndex {dl['committed_index']} (ends at {dl['committed_pos']}: the commit log max right after load), endIndex {dl['end_index']}"),
+            ("checkpoint", f"committedIndex {dl['committed_index']} " + (f"(ends at {dl['committed_pos']}: the commit log max right after load)"
+                           if dl["committed_pos"] is not None else "(DLedger takes no committed position from it: updateCommittedIndex)")
+             + f", endIndex {dl['end_index']}"),
             ("currterm", f"currTerm {dl['current_term']}, voteLeader {dl['vote_leader']}"),
             ("index", f"{dl['index_units']} units in {dl['index_files']} file(s) of {dl['index_file_size']} bytes"),
         ]))

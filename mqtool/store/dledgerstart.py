@@ -28,7 +28,7 @@ class DataRecovery:
     end: ScanEnd  # entry walk end: data truncated here
     last_index: int  # last valid entry index (-1: none)
     index_units_on_disk: int  # units written in index/ (up to the first all-zero unit)
-    committed_index: int | None  # checkpoint's committedIndex (clamped to last_index)
+    committed_index: int | None  # DLedger's committedIndex after load: the checkpoint's, clamped to last_index (None: none taken)
     committed_pos: int | None  # end of that entry: the commit log max offset right after load
     rewrite_from: int | None = None  # first walked entry its index unit disagrees with: units rewritten from there
     last_term: int | None = None  # term of the last valid entry (None: none)
@@ -70,7 +70,9 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
             committed_entry = header
     last_index = last.index if last is not None else -1
     committed_pos = None
-    if committed is not None and last is not None:
+    if committed is not None and (last is None or committed == -1 or committed < ledger_begin_index(cl)):
+        committed = None  # updateCommittedIndex returns: nothing committed, committedPos stays -1
+    if committed is not None:
         committed = min(committed, last_index)
         # updateCommittedIndex, after the walk: the end of unit ``committed`` (getEntryPosAndSize reads it at committed x 32,
         # whatever the units before it hold), which the walk has rewritten from its entry where a unit up to it disagreed
@@ -79,6 +81,16 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
         committed_pos = None if unit is None else unit.pos + unit.size
     return DataRecovery(offset + start, scan.end, last_index, sum(1 for _ in cl.index_units()), committed, committed_pos, rewrite_from,
                         last.term if last is not None else None, walked)
+
+
+def ledger_begin_index(cl: DLedgerCommitLog) -> int:
+    """``ledgerBeginIndex`` after ``recover``: the index field of the first data file's first entry, read unchecked
+    (``reviseLedgerBeginIndex``). ``updateCommittedIndex`` skips a checkpoint ``committedIndex`` below it ("Skip update
+    committed index ... < beginIndex", DLedger 0.1-0.3.1.2): once the data files holding it have expired the broker has no
+    committed position after load (``committedPos`` -1: ``reput_start``'s fallback)."""
+    first = cl.entry_segments()[0]
+    with MappedFile(first.path, first.base_offset) as mf:
+        return dfmt.decode_entry_header(mf.buf, 0, first.base_offset).index
 
 
 def reput_start(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[int, str]:

@@ -22,7 +22,7 @@ from ..store import fastscan as fs
 from ..store.consumequeue import numpy_dtype
 from ..store.dledger import DLedgerCommitLog, DLedgerLayout, entry_problem
 from ..store.dledgerwalk import ST_INDEX, ST_TERM
-from ..store.dledgerstart import DataRecovery, data_recovery, record_in_broken_entry
+from ..store.dledgerstart import DataRecovery, data_recovery, ledger_begin_index, record_in_broken_entry
 from ..store.mappedfile import MMAP_FILE_LIST, MappedFile
 from .commitlog import CommitLogResult, Progress, left_out_findings, relative, stray_finding
 from .findings import Finding, error, info, warning
@@ -283,7 +283,7 @@ class DLedgerLogCheck:
             result.segments = sum(1 for s in cl.segments if s.end_offset > self.start and (self.stop is None or s.base_offset < self.stop))
             yield from self._end(end)
             yield from self._index(units, first_mismatch, missing, dl)
-            yield from self._checkpoint(dl.last_index)
+            yield from self._checkpoint(dl)
         finally:
             units.close()
 
@@ -346,13 +346,17 @@ class DLedgerLogCheck:
                           "recovery leaves them (it only moves the index's write position); `repair` zeroes them",
                           file=home, expected=last_index + 1, found=written)
 
-    def _checkpoint(self, last_index: int) -> Iterator[Finding]:
-        layout = self.commitlog.layout
+    def _checkpoint(self, dl: DataRecovery) -> Iterator[Finding]:
+        layout, last_index = self.commitlog.layout, dl.last_index
         path = relative(self.store, layout.home / "checkpoint")
         committed, end_index = layout.committed_index, layout.end_index
         if layout.checkpoint is None or last_index < 0:
             return
-        if committed is not None and committed > last_index:
+        if committed is not None and committed != -1 and dl.committed_index is None:  # below ledgerBeginIndex (``data_recovery``)
+            yield info("dledger-checkpoint", f"DLedger's checkpoint committedIndex {committed} is below its first entry "
+                       f"{ledger_begin_index(self.commitlog)} (older data files deleted): updateCommittedIndex skips it, so right after "
+                       "load nothing is committed and the commit log's max offset is its first data file's start", file=path, found=committed)
+        elif committed is not None and committed > last_index:
             yield error("dledger-checkpoint", f"DLedger's checkpoint says entry {committed} was committed but the data ends at entry {last_index}: committed (acknowledged) entries are gone", file=path, expected=last_index, found=committed)
         elif committed is not None and committed < last_index:
             many = last_index > committed + 1
