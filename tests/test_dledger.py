@@ -1810,3 +1810,37 @@ def test_a_committed_index_below_the_first_entry_is_skipped_as_dledger_skips_it(
     assert [f["message"].split(":")[0] for f in findings if f["kind"] == "dledger-checkpoint"] == [
         f"DLedger's checkpoint committedIndex 100 is below its first entry {first} (older data files deleted)"]
     assert "(DLedger takes no committed position from it" in " ".join(_cli("info", root).stdout.split())
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_recover_leaves_the_data_after_the_cut_as_dledger_does_and_repair_zeroes_it(tmp_path, version):
+    """dledger-small with entry 200's index field broken: ``DLedgerMmapFileStore.recover`` stops there and ends the data with
+    ``dataFileList.truncateOffset(processOffset)``, which sets the cut file's wrote, committed and flushed positions and deletes
+    the files after it (``MmapFileList.truncateOffset``): the bytes after the cut stay. Before: ``recover --yes`` zeroed them
+    (a ``zero-range`` the broker never makes). Now they equal the bytes before, ``restore`` gives the store back, and ``repair``
+    zeroes them in a step of its own, beyond the broker (``zero-dledger-data``), after which verify finds the store sound."""
+    from test_undo import snapshot
+
+    victim = manifest(version, "dledger-small")["messages"][200]["dledgerEntry"]
+    root = copy_store(version, "dledger-small", tmp_path)
+    path = root / "dledger-n0" / victim["file"]
+    _patch(path, victim["filePosition"] + 8, (victim["index"] + 5).to_bytes(8, "big"))
+    damaged, data = snapshot(root), path.read_bytes()
+    plan = _recover_doc(root, version)
+    assert (plan["commitlog"]["valid_end"], plan["commitlog"]["zero_from"], plan["commitlog"]["zero_to"]) == (victim["pos"],) * 3
+    assert not [a for a in plan["actions"] if a["op"] == "zero-range" and "/data/" in a["path"]]
+    assert [(e["kind"], e["fixed_by"]) for e in plan["verify_after"] if e["kind"] == "dledger-entry"] == [("dledger-entry", "zero-dledger-data")]
+    done = _cli("recover", root, "--broker-version", version, "--yes", "--backup-dir", tmp_path / "b1")
+    assert done.exit_code == 0, done.output[-2000:]
+    assert path.read_bytes() == data and not (root / "dledger-n0" / "data" / f"{SEGMENT:020d}").exists()
+    done = _cli("restore", tmp_path / "b1", "--yes")
+    assert done.exit_code == 0 and snapshot(root) == damaged, done.output[-2000:]
+
+    done = _cli("repair", root, "--broker-version", version, "--yes", "--backup-dir", tmp_path / "b2")
+    assert done.exit_code == 0 and "zero-dledger-data" in done.output, done.output[-2000:]
+    written = len(data.rstrip(b"\0"))
+    assert path.read_bytes() == data[: victim["pos"]] + bytes(len(data) - victim["pos"]) and written > victim["pos"]
+    done = _cli("verify", root, "--broker-version", version, "--format", "json")
+    assert done.exit_code == 0 and json.loads(done.stdout)["findings"] == [], done.stdout[-2000:]
+    done = _cli("restore", tmp_path / "b2", "--yes")
+    assert done.exit_code == 0 and snapshot(root) == damaged, done.output[-2000:]

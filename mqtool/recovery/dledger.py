@@ -14,13 +14,13 @@ from __future__ import annotations
 from ..formats import dledger as dfmt
 from ..formats.checkpoint import StoreCheckpoint
 from ..store import Store
-from ..store.commitlog import ScanEnd
+from ..store.commitlog import ScanEnd, StopReason
 from ..store.dledger import DLedgerCommitLog, index_file_size
-from ..store.dledgerstart import DataRecovery, dispatches_on_abnormal, dledger_start, reput_start
+from ..store.dledgerstart import DataRecovery, data_recovery, dispatches_on_abnormal, dledger_start, reput_start
 from ..store.fastscan import COL_SIZE, FastScan
 from .logkinds import LogKind, RecoveryRun
 from .plans import Action
-from .planparts import rel
+from .planparts import rel, written_end
 
 
 def headerless_end(cl: DLedgerCommitLog, walk_end: ScanEnd) -> int:
@@ -61,8 +61,26 @@ def stale_unit_actions(store: Store, last_index: int) -> list:
                          "DLedger index units past the last entry, which the broker's recovery leaves (truncateOffset)")
 
 
+def stale_data_actions(store: Store) -> list:
+    """``repair``'s ``zero-range`` of the bytes after the end of DLedger's entry walk in its data file, up to the last non-zero
+    one. Beyond the broker: ``recover`` leaves them (``DLedgerLog.zeroes_after_cut``), and verify reads them on every walk."""
+    cl, end = store.commitlog, data_recovery(store.commitlog).end
+    index = cl.segment_index(end.offset)
+    if index is None or not cl.is_entry_file(seg := cl.segments[index]) or end.reason == StopReason.BLANK_LAST:
+        return []
+    start = end.offset - seg.base_offset
+    stop = written_end(seg.path, start)
+    return [Action("zero-range", rel(store, seg.path), start, stop, "DLedger data after the end of its entry walk, which the broker's "
+                   "recovery leaves (truncateOffset)")] if stop > start else []
+
+
 class DLedgerLog(LogKind):
     """``DLedgerCommitLog``'s recovery over ``DLedgerMmapFileStore.recover`` (module docstring)."""
+
+    # ``recover`` ends the data with ``dataFileList.truncateOffset(processOffset)``: the wrote, committed and flushed positions
+    # of the file holding it set there, the files after it deleted, the bytes after it left (MmapFileList @0.1-0.3.1.2,
+    # reference §15.4); its next walk stops at the same entry, and an append writes over them
+    zeroes_after_cut = False
 
     def __init__(self, dl: DataRecovery):
         self.dl = dl

@@ -103,6 +103,7 @@ class LogKind:
     ``checkpoint(run, after)`` (the checkpoint values it persists beside the shared ones)."""
 
     shows_walked = False  # the scan shows ``walked`` the rows where it checks the CRC
+    zeroes_after_cut = True  # the plan zeroes the bytes after the cut in its segment (``planparts.commitlog_plan``)
 
     def reput_from(self, run: RecoveryRun) -> int | None:
         """The start-up reput's start where the version does not reput from the max CQ offset."""

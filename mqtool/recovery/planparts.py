@@ -146,7 +146,11 @@ class ScanResult:
     last_valid: int = -1
 
 
-def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool, accept_v2: bool) -> tuple[CommitLogPlan, LostMessages, list[Action]]:
+def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool, accept_v2: bool, *,
+                   zeroes: bool = True) -> tuple[CommitLogPlan, LostMessages, list[Action]]:
+    """The cut of the commit log where ``scan`` ended: the segments after it deleted (``truncateDirtyFiles``) and, with
+    ``zeroes``, the bytes after it in its segment zeroed (beyond the broker: ``recover.py``); without, left as the broker
+    leaves them (``LogKind.zeroes_after_cut``)."""
     cl = store.commitlog
     end = scan.end
     actions: list[Action] = []
@@ -158,7 +162,7 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
         stop = seg.base_offset + written_end(seg.path, end.offset - seg.base_offset)
         # a blank ending the log runs to the segment's end (its stale fill too, rules §1.12), and recovery stops
         # in front of it (recoverNormally/recoverAbnormally: "this can not be included in truncate offset")
-        if stop > end.offset and end.reason != StopReason.BLANK_LAST:
+        if zeroes and stop > end.offset and end.reason != StopReason.BLANK_LAST:
             zero_to = stop
             actions.append(Action("zero-range", rel(store, seg.path), end.offset - seg.base_offset, stop - seg.base_offset, "dirty bytes after the valid end"))
         deleted = cl.segments[index + 1 :]

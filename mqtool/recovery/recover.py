@@ -1,7 +1,8 @@
 """Plans for ``recover`` and ``truncate-dirty`` (docs/recovery.md): what ``DefaultMessageStore.load`` +
 ``recover`` + ``start``'s reput would do, per version (reference §8.2-§8.12), one step after the other
 over a ``logkinds.RecoveryRun``, asking the ``logkinds.LogKind`` what the DLedger log (§15.4) does
-differently. Unlike the broker, the plan zeroes the bytes it cuts, so the next scan cannot read them back.
+differently. Unlike the broker, the plan zeroes the bytes it cuts from a classic commit log, so the next scan cannot read them
+back; DLedger's data it leaves as ``DLedgerMmapFileStore.recover`` does (``LogKind.zeroes_after_cut``).
 """
 
 from __future__ import annotations
@@ -160,7 +161,8 @@ def _cut(run: RecoveryRun, kind: LogKind) -> None:
     """4. the commit log cut (``truncateDirtyFiles``, §8.9), then the log kind's writes after it, and, if the CQs
     reach the cut, ``truncateDirtyLogicFiles`` (§5.8); ``destroyLogics`` without a segment (§8.10)."""
     store, rules, end = run.store, run.rules, run.end
-    run.cl_plan, lost, actions = commitlog_plan(store, run.scan, run.options.lost_limit, run.legacy, rules.accepts_v2_magic)
+    run.cl_plan, lost, actions = commitlog_plan(store, run.scan, run.options.lost_limit, run.legacy, rules.accepts_v2_magic,
+                                                  zeroes=kind.zeroes_after_cut)
     run.actions += actions + _empty_last_segment(store, rules, run.notes) + kind.log_actions(run)
     run.lost = unreadable_from_queues(lost, run.sims, end, run.cl_plan.first_invalid)
     _lost_notes(run)

@@ -634,12 +634,13 @@ class Triage:
     configs: list[Finding] = dataclasses.field(default_factory=list)
     abort: list[Finding] = dataclasses.field(default_factory=list)
     dledger_units: list[Finding] = dataclasses.field(default_factory=list)  # DLedger index units past the last entry
+    dledger_tail: list[Finding] = dataclasses.field(default_factory=list)  # DLedger data bytes after the end of the entry walk
     lost: list[Expected] = dataclasses.field(default_factory=list)
     last_timestamp: int | None = None
 
     @property
     def fixable(self) -> bool:
-        return bool(self.queues or self.units or self.index or self.checkpoint or self.configs or self.abort or self.dledger_units)
+        return bool(self.queues or self.units or self.index or self.checkpoint or self.configs or self.abort or self.dledger_units or self.dledger_tail)
 
 
 def verify_findings(store: Store, checks: tuple[str, ...] = CHECKS, *, walked: dict | None = None) -> tuple[list[Finding], Verification]:
@@ -654,7 +655,9 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
     out = Triage(last_timestamp=last_timestamp)
     lost_ranges = []
     for f in findings:
-        if f.kind in LOST_KINDS:
+        if (f.details or {}).get("dledger_tail"):  # left by DLedger's recovery (``DLedgerLog.zeroes_after_cut``): zeroed here
+            out.dledger_tail.append(f)
+        elif f.kind in LOST_KINDS:
             start = f.offset if f.offset is not None else -1
             d = f.details or {}
             end = d.get("range_end") or d.get("missing_to") or (start + int(d.get("size") or 1))
@@ -667,7 +670,7 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
             out.lost.append(expected(f, True))
     lost = _LostData(findings, lost_ranges)
     for f in findings:
-        if f.kind not in LOST_KINDS:
+        if f.kind not in LOST_KINDS and not (f.details or {}).get("dledger_tail"):
             _triage_one(out, f, lost)
     return out
 
@@ -813,7 +816,7 @@ def expected_after(t: Triage) -> list[Expected]:
     """Every triaged finding, with the repair step that removes it (or ``lost_data``)."""
     fixed = (("rebuild-cq", [f for fs in t.queues.values() for f in fs]), ("mend-units", t.units), ("rebuild-index", t.index),
              ("rewrite-checkpoint", t.checkpoint), ("restore-config", t.configs), ("remove-abort", t.abort),
-             ("zero-dledger-units", t.dledger_units))
+             ("zero-dledger-units", t.dledger_units), ("zero-dledger-data", t.dledger_tail))
     return [expected(f, False, step) for step, found in fixed for f in found] + t.lost
 
 
@@ -853,6 +856,10 @@ def steps_of(t: Triage) -> list[RepairStep]:
     steps += [RepairStep("zero-dledger-units", True, f"{f.found - f.expected} DLedger index unit(s) past the last entry: zeroed (the "
                          "broker's recovery only moves the index's write position before them, MmapFileList.truncateOffset)", (f.file,))
               for f in t.dledger_units]
+    if t.dledger_tail:
+        steps.append(RepairStep("zero-dledger-data", True, "DLedger data bytes after the end of its entry walk: zeroed to the last non-zero "
+                                "one (the broker's recovery only moves the data's write position there, MmapFileList.truncateOffset)",
+                                tuple(sorted({f.file for f in t.dledger_tail}))))
     return steps
 
 
@@ -886,11 +893,12 @@ def plan_state_fixes(store: Store, t: Triage) -> Plan | None:
     if t.abort:
         actions.append(Action("delete", "abort", note="the abort file is still present after the recovery"))
     actions += unit_fixes(store, t.units)
-    if t.dledger_units:
-        from .dledger import stale_unit_actions  # a DLedger store's only
+    if t.dledger_units or t.dledger_tail:
+        from .dledger import stale_data_actions, stale_unit_actions  # a DLedger store's only
 
         for f in t.dledger_units:
             actions += stale_unit_actions(store, f.expected - 1)
+        actions += stale_data_actions(store) if t.dledger_tail else []
     if not actions:
         return None
     version = store.version
@@ -918,7 +926,7 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: St
     def removes(f: Finding) -> bool:
         return (
             (f.kind in ("abort-present", "index-file-dropped") and recover.remove_abort)
-            or (f.kind in LOST_KINDS and _at_or_after(f.offset, end))
+            or (f.kind in LOST_KINDS and _at_or_after(f.offset, end) and _cut_away(f, recover.commitlog))
             # entries past the end of a queue the recovery rewrites (at full size: its files' length too), and missing ones it re-dispatches
             or (f.kind in ("cq-entry-beyond-end", "cq-file-size") and _queue_of(f) in changed_queues)
             # (not those the reput skips: past a record it cannot read it goes on at the next file, verify's ``reput_gaps``)
@@ -944,6 +952,12 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: St
     if (unindexed := _unindexed_after(store, recover, ix_from)) is not None:
         kept = _replaced(kept, "index-keys-missing", lambda f: ix_from is None or f.offset < ix_from, unindexed)
     return recovered_offset_findings(store, kept, recover)
+
+
+def _cut_away(f: Finding, cl) -> bool:
+    """Whether the recovery's cut (``cl``, a ``CommitLogPlan``) zeroes or deletes the bytes of finding ``f``, at or after its
+    end: not those DLedger's recovery leaves after it in its file (``DLedgerLog.zeroes_after_cut``)."""
+    return f.offset < cl.zero_to or Path(f.file or "").name in cl.delete_segments
 
 
 def _partly_redispatched(f: Finding, cq_from: int | None) -> Finding:

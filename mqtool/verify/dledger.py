@@ -307,15 +307,17 @@ class DLedgerLogCheck:
             return
         seg = cl.segments[index]
         if end.is_clean:
-            # the classic log of a store without data files ending at a blank: the one DLedger's first load writes
-            # (``dledgerstart.FirstLoadBlank``) is no data after the end
-            skip = clfmt.BLANK_HEADER_SIZE if end.reason == StopReason.BLANK_LAST and not cl.is_entry_file(seg) else 0
+            # a log ending at a blank: the one DLedger's first load writes in the classic log of a store without data files
+            # (``dledgerstart.FirstLoadBlank``), or DLedger's own at the end of its last data file (``MmapFileList.preAppend``:
+            # magic -1 and the bytes left, then zeros; 8 bytes too), is no data after the end
+            skip = clfmt.BLANK_HEADER_SIZE if end.reason == StopReason.BLANK_LAST else 0
             with MappedFile(seg.path, seg.base_offset) as mf:
                 array = fs.as_array(mf.buf)
                 nz = fs.first_nonzero(array, min(end.offset - seg.base_offset + skip, mf.size), mf.size)
                 del array
             if nz >= 0:
-                yield warning("data-after-end", "non-zero bytes after the last entry: DLedger's recovery ignores them and the next append overwrites them", file=relative(self.store, seg.path), offset=seg.base_offset + nz)
+                yield warning("data-after-end", "non-zero bytes after the last entry: DLedger's recovery ignores them and the next append overwrites them",
+                              file=relative(self.store, seg.path), offset=seg.base_offset + nz, details={"dledger_tail": True} if cl.is_entry_file(seg) else None)
             return
         self.result.stopped_early = True
         after = _entries_after(cl, end.offset)
@@ -323,7 +325,7 @@ class DLedgerLogCheck:
             "dledger-entry",
             f"{end.detail}: DLedger's recovery (DLedgerMmapFileStore.recover) stops here and truncates the data and the index, "
             f"discarding {after} well-formed entr{'y' if after == 1 else 'ies'} after it" + (" (if this is more than one file before the last, the broker exits: \"check it manually\")" if index < len(cl.segments) - 2 else ""),
-            file=relative(self.store, seg.path), offset=end.offset, details={"reason": end.reason, "entries_after": after})
+            file=relative(self.store, seg.path), offset=end.offset, details={"reason": end.reason, "entries_after": after, **({"dledger_tail": True} if cl.is_entry_file(seg) else {})})
 
     def _index(self, units: IndexUnits, first_mismatch, missing: int, dl: DataRecovery) -> Iterator[Finding]:
         """``index/`` against the entries: ``DLedgerMmapFileStore.recover`` rewrites it from the first unit its walk finds
