@@ -1428,13 +1428,12 @@ def test_without_a_committed_index_5x_reputs_from_dledgers_first_data_file(tmp_p
 
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
 @pytest.mark.parametrize("damage", ["header", "entry"])
-def test_past_a_broken_entry_before_dledger_s_start_file_the_walk_resumes_at_the_next_indexed_entry(tmp_path, version, damage):
+def test_past_a_broken_entry_before_dledger_s_start_file_the_walk_resumes_at_the_next_entry(tmp_path, version, damage):
     """dledger-small relaid in 256 KiB data files (``relaid_store``: 8 files; DLedgerMmapFileStore.recover starts at the
     third-from-last), an entry of the second file broken: its pos field alone (``header``), or its header and its record's
     first bytes zeroed (``entry``). DLedger's recovery never reads that file; the broker serves its records by their
-    consume queue entries (``DLedgerCommitLog.getMessage``, no entry header on the way) and DLedger reads each entry where
-    ``index/`` places it (``DLedgerMmapFileStore.get``). So verify and salvage go on at the next entry ``index/`` places,
-    and a record whose entry header alone is broken is served too. Before: both went on at the next file, and verify said
+    consume queue entries (``DLedgerCommitLog.getMessage``, no entry header on the way). So verify and salvage go on at the
+    next entry, and a record whose entry header alone is broken is served too. Before: both went on at the next file, and verify said
     "the message in [pos, 524288) is lost": 41 more messages of that file were left out, and with the header alone
     broken the whole message inside was called lost (and its queue entry said to give "the wrong message")."""
     root, placed = relaid_store(tmp_path, version)
@@ -1663,9 +1662,6 @@ def test_past_a_broken_header_before_the_start_file_dump_reads_every_record_a_st
     went on at each unit's pos, no entry start, through some 40 "skipped" ranges; both listed 658 of the 700 messages.
     Now dump reads all 700, saying the one broken header, and splits cut around it read what dump reads."""
     root, placed, broken, following = stale_index_store(tmp_path, version, index)
-    with Store.open(root) as store:  # the unit after the broken entry's, read past the zeroed ones; a shifted one (its own) as it is
-        assert store.commitlog.indexed_entry_after(broken) == (broken + 7 if index == "shifted" else following)
-        assert store.commitlog.entry_get_accepts(following) and not store.commitlog.entry_get_accepts(broken + 7)
     done = _cli("dump", root, "--format", "jsonl")
     assert [json.loads(line)["offset"] for line in done.stdout.splitlines()] == [pos + 48 for _, pos in placed]
     stderr = " ".join(done.stderr.split())
@@ -1844,3 +1840,28 @@ def test_recover_leaves_the_data_after_the_cut_as_dledger_does_and_repair_zeroes
     assert done.exit_code == 0 and json.loads(done.stdout)["findings"] == [], done.stdout[-2000:]
     done = _cli("restore", tmp_path / "b2", "--yes")
     assert done.exit_code == 0 and snapshot(root) == damaged, done.output[-2000:]
+
+
+@pytest.mark.parametrize("version", MAIN_VERSIONS)
+def test_past_a_broken_header_every_reader_goes_on_at_the_next_entry_whatever_index_places(tmp_path, version):
+    """``relaid_store`` with an entry header in the middle of its second data file broken (its pos; before the file DLedger's
+    recovery starts at, so the broker keeps it) and the units of the three entries after it zeroed: the first unit written
+    after the broken one places the fourth entry after it, whose header ``DLedgerMmapFileStore.get`` accepts. The broker
+    serves each record by its consume queue offset (``DLedgerCommitLog.getMessage``: the data file at that offset, no
+    ``index/``), so the three entries' records are served, and the record inside the broken entry too. Before: dump, verify
+    and the splits went on at the entry ``index/`` placed, skipping 4 of the 700 messages ("skipped [pos, ...)" over four
+    entries), and verify called their consume queue entries mismatches and the record inside the broken entry lost."""
+    root, placed = relaid_store(tmp_path, version)
+    second = [(msg["dledgerEntry"]["index"], pos) for msg, pos in placed if 1 << 18 <= pos < 2 << 18]
+    (number, broken), following = second[len(second) // 2], second[len(second) // 2 + 1][1]
+    _patch(root / "dledger-n0" / "data" / f"{1 << 18:020d}", broken - (1 << 18) + 24, (broken + 1).to_bytes(8, "big"))
+    _patch(root / "dledger-n0" / "index" / f"{0:020d}", (number + 1) * 32, bytes(3 * 32))
+    done = _cli("dump", root, "--format", "jsonl")
+    assert [json.loads(line)["offset"] for line in done.stdout.splitlines()] == [pos + 48 for _, pos in placed]
+    assert f"skipped [{broken}, {broken + 48}) (corrupt: entry pos {broken + 1}" in " ".join(done.stderr.split())
+    _, findings, summary = _verify(root, "--only", "commitlog", "--only", "cq")
+    assert summary["commitlog"]["records"] == len(placed)
+    assert [(f["kind"], f["offset"], f["details"].get("range_end")) for f in findings if f["kind"].startswith(("dledger-entry", "dledger-record", "cq"))] == [
+        ("dledger-entry", broken, following)]
+    _splits_read_what_dump_reads(root, (broken - 1, broken, broken + 48, following, following + 7))
+

@@ -8,7 +8,6 @@ one view: classic segments below ``divided_offset``, entry files from it."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -28,8 +27,6 @@ from .mappedfile import OFFSET_NAME, MappedFile, file_size, inferred_file_size, 
 if TYPE_CHECKING:
     from .store import Store
 
-_NONZERO = re.compile(rb"[^\x00]")  # ``_written_unit``: a byte a written unit holds
-_CHUNK = 1 << 20  # ``_units_end`` reads the index files backwards by this many bytes
 
 
 @dataclass(frozen=True)
@@ -188,51 +185,6 @@ class DLedgerCommitLog(CommitLog):
             del rows
             number = first + count
         return number
-
-    def indexed_entry_after(self, offset: int) -> int | None:
-        """The position of the first entry ``index/`` places after ``offset`` (its written units ascend in pos), or None: where
-        ``DLedgerMmapFileStore.get`` reads the entry after one at ``offset`` whatever that entry's header says (§15.4). ``get``
-        reads unit i at i x 32 whatever units before it hold, so a zeroed stretch of units is passed, not taken for their end
-        (a stale unit, whose pos is no entry's, is returned as it is: ``entry_get_accepts``)."""
-        files = self.layout.index_files() if self.layout is not None else []
-        if not files:
-            return None
-        lo, hi = files[0][0] // dfmt.INDEX_UNIT_SIZE, self._units_end
-        while lo < hi:  # the first unit past ``offset``; an all-zero unit stands for the next written one (none: past them all)
-            unit = self._written_unit(mid := (lo + hi) // 2, hi)
-            if unit is None or unit.pos > offset:
-                hi = mid
-            else:
-                lo = unit.number + 1
-        unit = self._written_unit(lo, self._units_end)
-        return unit.pos if unit is not None and unit.magic == dfmt.ENTRY_MAGIC and unit.pos > offset else None
-
-    def entry_get_accepts(self, pos: int) -> bool:
-        """Whether ``DLedgerMmapFileStore.get`` accepts a unit placing an entry at ``pos``: the entry header there holds
-        that pos (``pos == entry.getPos()``), in a data file (§15.4)."""
-        at = self.segment_index(pos)
-        seg = self.segments[at] if at is not None else None
-        if seg is None or not self.is_entry_file(seg) or pos + dfmt.ENTRY_HEADER_SIZE > seg.end_offset:
-            return False
-        return dfmt.decode_entry_header(self.mapped(at).buf, pos - seg.base_offset, seg.base_offset).pos == pos
-
-    @cached_property
-    def _units_end(self) -> int:
-        """One past the last unit of ``index/`` that is not all zero: the bound of ``indexed_entry_after``'s search, found once
-        (the never-written rest of a 160 MiB index file is not searched at every call)."""
-        for mf in reversed(self._index_files()):
-            for stop in range(mf.size, 0, -_CHUNK):
-                if chunk := mf.buf[max(stop - _CHUNK, 0) : stop].rstrip(b"\0"):
-                    return (mf.base_offset + max(stop - _CHUNK, 0) + len(chunk) - 1) // dfmt.INDEX_UNIT_SIZE + 1
-        return 0
-
-    def _written_unit(self, number: int, stop: int) -> dfmt.IndexUnit | None:
-        """The first unit of ``index/`` from ``number`` to before ``stop`` that is not all zero (never written or zeroed), or None."""
-        for mf in self._index_files():
-            first, last = max(number * dfmt.INDEX_UNIT_SIZE, mf.base_offset), min(stop * dfmt.INDEX_UNIT_SIZE, mf.base_offset + mf.size)
-            if first < last and (found := _NONZERO.search(mf.buf, first - mf.base_offset, last - mf.base_offset)) is not None:
-                return self.index_unit((mf.base_offset + found.start()) // dfmt.INDEX_UNIT_SIZE)
-        return None
 
     def unit_bytes(self, first: int, stop: int) -> bytes:
         """The index units of entries ``first``..``stop - 1`` as DLedger writes them

@@ -113,9 +113,8 @@ def walk_resume(cl: DLedgerCommitLog, end: ScanEnd, *, every: bool = False) -> i
     ``recover`` checks entry headers only, from its start file on (§15.4), so past an entry whose
     record alone is damaged (zeros included: resumed after the entry) or damage in a data file
     before its start file the broker keeps the data: there an entry whose header is broken is passed
-    by ``index/``, where ``DLedgerMmapFileStore.get`` finds each entry (resumed at the next entry it
-    places where ``get`` accepts its unit, else at the next readable entry: ``served_entry_after``; at the next file
-    without either); and once DLedger data
+    to the next entry the broker serves (``served_entry_after``: the next readable entry, not ``index/``; at the next file
+    without one); and once DLedger data
     exist the classic commit log of a mixed store (§15.5) is never recovered (``DLedgerCommitLog.recover``
     @4.5.1-5.1.4, ``dledgerRecoverNormally``/``Abnormally`` @5.2.0-5.3.3: DLedger's recovery alone), so
     past damage there the broker keeps it whole (resumed at the next record start: ``resync.resume_after``).
@@ -142,17 +141,18 @@ def walk_resume(cl: DLedgerCommitLog, end: ScanEnd, *, every: bool = False) -> i
         if record is not None and end.offset + dfmt.ENTRY_HEADER_SIZE + record.total_size <= seg.end_offset:
             return end.offset + dfmt.ENTRY_HEADER_SIZE + record.total_size
         return readable_entry(cl, end.offset + 1)
-    indexed = served_entry_after(cl, end.offset)
-    return indexed if indexed is not None and indexed < data_recovery(cl).end.offset else seg.end_offset
+    served = served_entry_after(cl, end.offset)
+    return served if served is not None and served < data_recovery(cl).end.offset else seg.end_offset
 
 
 def served_entry_after(cl: DLedgerCommitLog, offset: int) -> int | None:
-    """The first entry after ``offset`` (in a data file before DLedger's start file, past damage) the broker serves: the
-    one ``index/`` places (``indexed_entry_after``) where ``DLedgerMmapFileStore.get`` accepts its unit, else (a stale
-    ``index/``) the next readable entry in that file (``readable_entry``): a consumer reads each record by its consume queue
-    offset (``DLedgerCommitLog.getMessage``), no index on the way. None: no such entry."""
-    indexed = cl.indexed_entry_after(offset)
-    return indexed if indexed is not None and cl.entry_get_accepts(indexed) else readable_entry(cl, offset + 1)
+    """The first entry after ``offset`` (in a data file DLedger's recovery keeps, past damage) whose record the broker serves:
+    the next readable entry in that file (``readable_entry``), or None. A consumer reads each record by its consume queue
+    offset (``DLedgerCommitLog.getMessage`` @4.5.0-5.3.3: the data file at that offset, no index on the way), so ``index/``
+    has no say: ``DLedgerMmapFileStore.get`` (unit i at i x 32, then the entry it places) is DLedger's own read of an entry
+    by its index, for replication, never RocketMQ's read of a message; a unit that skips an entry (zeroed, stale) skips no
+    record the broker serves (reference §15.4)."""
+    return readable_entry(cl, offset + 1)
 
 
 def _classic_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:

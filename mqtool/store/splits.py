@@ -216,8 +216,8 @@ class SplitScan:
         self.exit = exit if self.records else None
 
     def _damaged_first_entry(self, found: int | None) -> int | None:
-        """Where this DLedger split's records begin: the first entry its broker serves in it (``dledgerstart.served_entry_after``:
-        the one ``index/`` places, ``DLedgerMmapFileStore.get``, §15.4, or past a stale unit the next readable entry) when the
+        """Where this DLedger split's records begin: the first entry its broker serves in it (``dledgerstart.served_entry_after``,
+        the next readable entry) when the
         resynchronisation (``find_split_start``: ``found``) passed it, the split before stops there, and the
         entry's header alone is broken, its broker keeping it (``resume``) and serving the record inside (``_loose``,
         ``dledgerstart.record_in_broken_entry``). This split owns it and reads on from it as ``mqtool dump`` does; else
