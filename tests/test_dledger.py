@@ -1865,3 +1865,21 @@ def test_past_a_broken_header_every_reader_goes_on_at_the_next_entry_whatever_in
         ("dledger-entry", broken, following)]
     _splits_read_what_dump_reads(root, (broken - 1, broken, broken + 48, following, following + 7))
 
+
+@pytest.mark.parametrize("only", [(), ("--only", "commitlog"), ("--only", "cq")])
+def test_verify_s_end_on_a_dledger_store_the_next_start_refuses_is_the_entry_walk_s(tmp_path, only):
+    """5.3.3 dledger-small with its second data file deleted, so its last one ends at DLedger's end-of-file blank: the entry
+    walk (``DLedgerMmapFileStore.recover``) ends at that file's end, the records at the blank. Verify's logical end is the
+    entry walk's, and so it stays with ``lock`` a directory, which the broker refuses to start on. Before: there it was the
+    queue checks' walk's end (the blank), or none with ``--only commitlog``."""
+    root = copy_store("5.3.3", "dledger-small", tmp_path)
+    (root / "dledger-n0" / "data" / f"{SEGMENT:020d}").unlink()
+    ends = []
+    for refused in (False, True):
+        if refused:
+            (root / "lock").unlink()
+            (root / "lock").mkdir()
+        _, _, summary = _verify(root, "--broker-version", "5.3.3", *only)
+        assert summary["next_start"]["line"].startswith("the broker's next start refuses to start: lock") is refused
+        ends.append((summary["commitlog"]["logical_end"], summary["commitlog"]["end_reason"]))
+    assert ends == [(SEGMENT, "blank-in-last-segment")] * 2

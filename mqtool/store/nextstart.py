@@ -60,6 +60,7 @@ class NextStart:
     blank_at: int | None = None  # where a DLedger broker's first load writes an end-of-file blank (``dledgerstart.FirstLoadBlank``)
     stall: str | None = None  # a record whose dispatch throws at that start, and what follows (``verify.lmq.with_stall``)
     links: str | None = None  # what its load does to dangling symlinks: deletes one (its data lost), creates a target (``link_clauses``)
+    walk_end: ScanEnd | None = None  # where DLedger's entry walk ends, where the broker refuses to start on a DLedger store (``reported_end``)
 
     @property
     def reason(self) -> str:
@@ -74,7 +75,9 @@ class NextStart:
     def reported_end(self, walked: ScanEnd | None) -> tuple[int | None, str]:
         """(logical end, why) as ``verify`` and the Spark job report them (docs/verify.md): where this start ends the log;
         where the broker refuses to start, where ``walked`` ends (the check's walk, with the broker's checks, of the files
-        mqtool reads: the refused ones left out; a blank in the last segment ends it at the blank, as §8.3's scan does)."""
+        mqtool reads: the refused ones left out; a blank in the last segment ends it at the blank, as §8.3's scan does), or on
+        a DLedger store where its entry walk does (``walk_end``), as where it starts."""
+        walked = self.walk_end or walked
         if self.logical_end is not None or walked is None:
             return self.logical_end, self.end_reason
         return walked.offset, walked.reason
@@ -213,9 +216,9 @@ def dledger_next_start(store: Store) -> NextStart:
 
     version = store.version if store.version is not None else distinct_candidates(store)[0]  # the newest era left, the one the planners keep
     why, wheel = log_refusals(store)  # a mixed store's commitlog/: DLedgerCommitLog.load (super.load()) runs before DLedger's load
-    if why is not None:
-        return NextStart("refused", store.commitlog.min_offset, "", store.commitlog.min_offset, None, "", None, why)
     dl = data_recovery(store.commitlog)
+    if why is not None:
+        return NextStart("refused", store.commitlog.min_offset, "", store.commitlog.min_offset, None, "", None, why, walk_end=dl.end)
     start = dledger_start(store, dl, version)
     return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, dl.end.offset, dl.end.reason,
                      dropped_after(store, dl.end.offset, VersionRules(version)), wheel or later_refusal(store),
