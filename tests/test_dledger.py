@@ -1883,3 +1883,34 @@ def test_verify_s_end_on_a_dledger_store_the_next_start_refuses_is_the_entry_wal
         assert summary["next_start"]["line"].startswith("the broker's next start refuses to start: lock") is refused
         ends.append((summary["commitlog"]["logical_end"], summary["commitlog"]["end_reason"]))
     assert ends == [(SEGMENT, "blank-in-last-segment")] * 2
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_recover_deletes_the_index_files_wholly_before_the_first_entry_left(tmp_path, version):
+    """``relaid_store`` with ``index/`` in files of 4 KiB (128 units) and its first two data files deleted (expired: DLedger's
+    clean-up deletes data files alone). ``DLedgerMmapFileStore.recover`` sets ``ledgerBeginIndex`` from the first data file's
+    first entry and ``indexFileList.resetOffset(ledgerBeginIndex x 32)`` deletes the index files wholly before it
+    (``MmapFileList.resetOffset``: ``destroyExpiredFiles``, ``deleteExpiredFiles``). Before: the plan left them; now it deletes
+    them, a second plan is empty, and ``restore`` gives them back."""
+    from test_undo import snapshot
+
+    root, placed = relaid_store(tmp_path, version)
+    index = root / "dledger-n0" / "index"
+    units = (index / f"{0:020d}").read_bytes()
+    units = units[: -(-len(units.rstrip(b"\0")) // 4096) * 4096]  # the files holding units (those after them: truncateOffset's)
+    (index / f"{0:020d}").unlink()
+    for base in range(0, len(units), 4096):
+        (index / f"{base:020d}").write_bytes(units[base : base + 4096])
+    for base in (0, 1 << 18):
+        (root / "dledger-n0" / "data" / f"{base:020d}").unlink()
+    begin = min(msg["dledgerEntry"]["index"] for msg, pos in placed if pos >= 2 << 18)
+    gone = [f"dledger-n0/index/{base:020d}" for base in range(0, len(units), 4096) if base + 4096 <= begin * 32]
+    assert gone
+    damaged = snapshot(root)
+    plan = _recover_doc(root, version)
+    assert [a["path"] for a in plan["actions"] if a["op"] == "delete" and "/index/" in a["path"]] == gone
+    done = _cli("recover", root, "--broker-version", version, "--yes", "--backup-dir", tmp_path / "b")
+    assert done.exit_code == 0, done.output[-2000:]
+    assert not [a for a in _recover_doc(root, version)["actions"] if "dledger-n0/" in a["path"]]
+    done = _cli("restore", tmp_path / "b", "--yes")
+    assert done.exit_code == 0 and snapshot(root) == damaged, done.output[-2000:]

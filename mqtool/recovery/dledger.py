@@ -16,7 +16,7 @@ from ..formats.checkpoint import StoreCheckpoint
 from ..store import Store
 from ..store.commitlog import ScanEnd, StopReason
 from ..store.dledger import DLedgerCommitLog, index_file_size
-from ..store.dledgerstart import DataRecovery, data_recovery, dispatches_on_abnormal, dledger_start, reput_start
+from ..store.dledgerstart import DataRecovery, data_recovery, dispatches_on_abnormal, dledger_start, ledger_begin_index, reput_start
 from ..store.fastscan import COL_SIZE, FastScan
 from .logkinds import LogKind, RecoveryRun
 from .plans import Action
@@ -116,7 +116,8 @@ class DLedgerLog(LogKind):
         (in a file created first where none is, ``indexFileList.append``); ``indexFileList.truncateOffset`` at the
         last valid entry deletes the files after it and leaves the units after it in its file as they are: it only
         moves the write position, which ``MmapFileList.load`` sets to the file's end again on the next start, whose
-        walk reads unit i only for an entry i it walks (``stale_unit_actions``: ``repair``'s)."""
+        walk reads unit i only for an entry i it walks (``stale_unit_actions``: ``repair``'s); and ``reviseLedgerBeginIndex``'s
+        ``indexFileList.resetOffset`` deletes the index files wholly before the first data file's first entry (its data expired)."""
         store, dl, actions = run.store, self.dl, []
         if dl.rewrite_from is not None:
             start, size, layout = dl.rewrite_from * dfmt.INDEX_UNIT_SIZE, index_file_size(store), store.commitlog.layout
@@ -131,6 +132,10 @@ class DLedgerLog(LogKind):
         # the units after the cut stay, the files after it go (truncateOffset: destroyExpiredFiles, deleteExpiredFiles)
         actions += [Action("delete", rel(store, path), note="DLedger index file after the last valid entry (truncateOffset)")
                     for base, path in store.commitlog.layout.index_files() if base > dl.index_cut]
+        if dl.last_index >= 0:  # reviseLedgerBeginIndex: indexFileList.resetOffset(ledgerBeginIndex x 32) deletes the files wholly before
+            begin, size = ledger_begin_index(store.commitlog), index_file_size(store)
+            actions += [Action("delete", rel(store, path), note=f"DLedger index file wholly before the first entry left, {begin} (resetOffset)")
+                        for base, path in store.commitlog.layout.index_files() if base + size <= begin * dfmt.INDEX_UNIT_SIZE]
         return actions
 
     def notes(self, run: RecoveryRun) -> list[str]:
