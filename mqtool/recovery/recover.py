@@ -2,7 +2,7 @@
 ``recover`` + ``start``'s reput would do, per version (reference §8.2-§8.12), one step after the other
 over a ``logkinds.RecoveryRun``, asking the ``logkinds.LogKind`` what the DLedger log (§15.4) does
 differently. Unlike the broker, the plan zeroes the bytes it cuts from a classic commit log, so the next scan cannot read them
-back; DLedger's data it leaves as ``DLedgerMmapFileStore.recover`` does (``LogKind.zeroes_after_cut``).
+back; DLedger's data ``recover`` leaves as ``DLedgerMmapFileStore.recover`` does (``LogKind.zeroes_after_cut``).
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ def _cut(run: RecoveryRun, kind: LogKind) -> None:
     reach the cut, ``truncateDirtyLogicFiles`` (§5.8); ``destroyLogics`` without a segment (§8.10)."""
     store, rules, end = run.store, run.rules, run.end
     run.cl_plan, lost, actions = commitlog_plan(store, run.scan, run.options.lost_limit, run.legacy, rules.accepts_v2_magic,
-                                                  zeroes=kind.zeroes_after_cut)
+                                                  zeroes=kind.zeroes_after_cut or not run.dispatching)  # truncate-dirty: zeroed
     run.actions += actions + _empty_last_segment(store, rules, run.notes) + kind.log_actions(run)
     run.lost = unreadable_from_queues(lost, run.sims, end, run.cl_plan.first_invalid)
     _lost_notes(run)

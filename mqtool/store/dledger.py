@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from .store import Store
 
 
-
 @dataclass(frozen=True)
 class DLedgerLayout:
     """The files of one DLedger member: ``home`` is ``dledger-<selfId>`` (checkpoint, currterm)."""

@@ -355,8 +355,9 @@ class DLedgerLogCheck:
         if layout.checkpoint is None or last_index < 0:
             return
         if committed is not None and committed != -1 and dl.committed_index is None:  # below ledgerBeginIndex (``data_recovery``)
-            yield info("dledger-checkpoint", f"DLedger's checkpoint committedIndex {committed} is below its first entry "
-                       f"{ledger_begin_index(self.commitlog)} (older data files deleted): updateCommittedIndex skips it, so right after "
+            begin = ledger_begin_index(self.commitlog)
+            yield info("dledger-checkpoint", f"DLedger's checkpoint committedIndex {committed} is below its first entry {begin}"
+                       + (" (older data files deleted)" if begin > 0 else "") + ": updateCommittedIndex skips it, so right after "
                        "load nothing is committed and the commit log's max offset is its first data file's start", file=path, found=committed)
         elif committed is not None and committed > last_index:
             yield error("dledger-checkpoint", f"DLedger's checkpoint says entry {committed} was committed but the data ends at entry {last_index}: committed (acknowledged) entries are gone", file=path, expected=last_index, found=committed)
