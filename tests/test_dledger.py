@@ -1840,6 +1840,9 @@ def test_recover_leaves_the_data_after_the_cut_as_dledger_does_and_repair_zeroes
     assert done.exit_code == 0 and json.loads(done.stdout)["findings"] == [], done.stdout[-2000:]
     done = _cli("restore", tmp_path / "b2", "--yes")
     assert done.exit_code == 0 and snapshot(root) == damaged, done.output[-2000:]
+    dirty = json.loads(_cli("truncate-dirty", root, "--dry-run", "-f", "json", "--broker-version", version).stdout)  # its own cut zeroes
+    assert [(a["start"], a["end"]) for a in dirty["actions"] if a["op"] == "zero-range" and a["path"] == f"dledger-n0/{victim['file']}"] == [
+        (victim["pos"], written)]
 
 
 @pytest.mark.parametrize("version", MAIN_VERSIONS)
