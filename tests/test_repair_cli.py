@@ -348,3 +348,31 @@ def test_an_interrupted_apply_is_finished_holding_the_store_lock(crashed, tmp_pa
     done = run(command, crashed, "--yes")
     assert "finishing the interrupted apply" in done.stderr, done.stderr
     assert taken and not taken[0]  # the first run is the finishing one: nobody else could take the lock
+
+
+@pytest.mark.parametrize("command", [*MODIFYING, "apply"])
+def test_an_apply_says_where_its_backup_is_even_quiet_and_in_its_json(crashed, tmp_path, command):
+    """Before: with -q an apply printed nothing of where its backup went, and its JSON had no ``backup``: a user of a
+    write learnt nowhere how to undo it. Now the two lines (what it did, where, and the undo command) are said even
+    with -q, and the document has ``backup``, from which ``restore`` undoes it byte for byte."""
+    if command == "rebuild-cq":  # a queue file lost: the one thing the crashed store leaves it to do
+        sorted((crashed / "consumequeue").glob("*/*/0*"))[0].unlink()
+    before, backup = tree(crashed), tmp_path / "bk"
+    args, applied = [command, crashed], command
+    if command == "apply":
+        assert run("recover", crashed, "--plan-out", tmp_path / "plan.json").exit_code == 0
+        args, applied = ["apply", tmp_path / "plan.json"], "recover"
+    done = run("-q", *args, "--yes", "--backup-dir", backup, "-f", "json")
+    assert done.exit_code == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["backup"] == str(backup)
+    said = done.stderr.splitlines()
+    assert len(said) == 2 and said[0].startswith(f"mqtool: {applied} applied") and said[0].endswith(f"in {backup}"), said
+    assert said[1] == f"mqtool: undo with: mqtool restore {backup} --yes"
+    shown = run("restore", doc["backup"], "-f", "json")  # restore's document names the backup it shows
+    assert shown.exit_code == EXIT_REFUSED and json.loads(shown.stdout)["backup"] == str(backup)
+    assert run("restore", doc["backup"], "--yes").exit_code == 0
+    assert tree(crashed) == before
+    plan_only = run(*args, "--dry-run", "-f", "json") if command != "apply" else run(*args, "-f", "json")
+    assert "backup" not in json.loads(plan_only.stdout)  # no apply, no backup
+

@@ -208,7 +208,8 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     cache = DispatchCache() if applying else None
     with store, scans_shown(), planning():
         plan = make_plan(store, with_crc=plan_out is not None, cache=cache)
-    emit_plan(with_next_start(plan.to_dict(), plan), fmt, render_plan)
+    target = (backup_dir or default_backup_dir(root, command)) if applying and yes and not plan.is_empty else None
+    emit_plan(backed_up_in(with_next_start(plan.to_dict(), plan), target), fmt, render_plan)
     _note_damage(plan)  # again on stderr, after the plan: the last thing the operator reads before --yes
     if plan_out is not None:
         write_atomic(plan_out, plan.to_json().encode())
@@ -220,12 +221,23 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
-    target = backup_dir or default_backup_dir(root, command)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
         s = backup.summary()  # said with interrupts still deferred: a Ctrl-C after the last write is ignored
-        note(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {shell_path(target)}")
-        note(f"undo with: mqtool restore {shell_path(target)} --yes")
+        note_undo(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {shell_path(target)}", target)
+
+
+def backed_up_in(doc: dict, target: Path | None) -> dict:
+    """The document of a plan ``--yes`` applies, with ``backup``: the directory its backup is kept in, which
+    ``mqtool restore`` undoes it from (a JSON reader learns it as the ``note_undo`` lines say it)."""
+    return doc if target is None else {**doc, "backup": str(target)}
+
+
+def note_undo(done: str, target: Path) -> None:
+    """What an apply did and where its backup is, then the command that undoes it: said even with ``-q``
+    (pg_resetwal and etcdutl say what they did): the one thing a user of a write must always learn."""
+    note(done, always=True)
+    note(f"undo with: mqtool restore {shell_path(target)} --yes", always=True)
 
 
 def _note_damage(plan: Plan) -> None:
@@ -356,27 +368,26 @@ def repair(
         note(f"a repair on this store stopped before its last stage (backup {stopped.backup}): this plan finishes it, adding its stages there")
     with scans_shown(), planning():
         plan = _plan_repair(root, broker_config, broker_version)
-    emit_plan(_repair_document(root, plan, broker_config, broker_version), fmt, render_repair)
+    target = _repair_target(root, backup_dir, stopped) if yes and not plan.is_empty else None
+    emit_plan(backed_up_in(_repair_document(root, plan, broker_config, broker_version), target), fmt, render_repair)
     if dry_run:
         return
     if plan.is_empty:
         if yes and stopped is not None:
             with executor().hold_store_lock(root, force):
                 clear_repair_mark(root)
-            note(f"the stopped repair needs no more stages: it is finished; undo it with: mqtool restore {shell_path(stopped.backup)} --yes")
+            note(f"the stopped repair needs no more stages: it is finished; undo it with: mqtool restore {shell_path(stopped.backup)} --yes", always=True)
         _say_nothing_to_repair(plan, yes)
         return
     if not yes:
         note("nothing changed yet: this is the plan; apply it with --yes")  # the normal first step: exit 0
         return
-    target = _repair_target(root, backup_dir, stopped)
     stages = RepairStages(root, target, broker_config)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), stages.marked(), stages.undone_on_failure():
         with scans_shown():
             findings = _apply_stages(stages, plan, broker_config, broker_version)
         after = f" (after the {stages.earlier} the stopped run applied)" if stages.earlier else ""
-        note(f"repair applied in {len(stages.done)} stage(s){after}; backup in {shell_path(target)}")
-        note(f"undo with: mqtool restore {shell_path(target)} --yes")
+        note_undo(f"repair applied in {len(stages.done)} stage(s){after}; backup in {shell_path(target)}", target)
     _report_after(findings)
 
 
@@ -656,20 +667,20 @@ def apply(
     if pending is not None and BackupSet.open(pending).manifest.get("plan") == plan.to_dict():
         note("that was this plan: it is now applied")
         return
-    emit_plan(plan.to_dict(), fmt, render_plan)
+    done = None if plan.is_empty else applied_backup(plan.to_dict(), root)
+    target = (backup_dir or default_backup_dir(root, plan.command)) if yes and not plan.is_empty and done is None else None
+    emit_plan(backed_up_in(plan.to_dict(), target), fmt, render_plan)
     if plan.is_empty:
         note_nothing_to_do(plan)
         return
-    done = applied_backup(plan.to_dict(), root)
     if done is not None:  # its inputs changed by its own apply: "plan again" would mislead
         note(f"this plan was applied already (backup {done}); nothing changed: undo it with: mqtool restore {shell_path(done)} --yes")
         return
     if not yes:
         raise Refused("nothing changed: re-run with --yes to apply this plan")
-    target = backup_dir or default_backup_dir(root, plan.command)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
-        note(f"{plan.command} applied; undo with: mqtool restore {shell_path(target)} --yes")
+        note_undo(f"{plan.command} applied; backup in {shell_path(target)}", target)
 
 
 @guarded

@@ -147,10 +147,11 @@ def clear_bars() -> None:
         bar.clear()
 
 
-def note(message: str) -> None:
-    """``mqtool: message`` on stderr, unless ``--quiet``; on a terminal wrapped to its width at spaces
+def note(message: str, *, always: bool = False) -> None:
+    """``mqtool: message`` on stderr, unless ``--quiet`` (``always``: even then: what a write did and where its
+    undo lives, as pg_resetwal says what it did); on a terminal wrapped to its width at spaces
     (an offset, a path or an id is never split), in a pipe or a file one line."""
-    if not State.quiet:
+    if always or not State.quiet:
         clear_bars()
         text = f"mqtool: {message}"
         if isatty(sys.__stderr__):
