@@ -376,3 +376,41 @@ def test_an_apply_says_where_its_backup_is_even_quiet_and_in_its_json(crashed, t
     plan_only = run(*args, "--dry-run", "-f", "json") if command != "apply" else run(*args, "-f", "json")
     assert "backup" not in json.loads(plan_only.stdout)  # no apply, no backup
 
+
+def backup_dir_commands() -> list[str]:
+    """Every command that takes --backup-dir."""
+    import typer
+
+    group = typer.main.get_command(app)
+    ctx = group.make_context("mqtool", ["info", "--help"], resilient_parsing=True)
+    commands = {name: group.get_command(ctx, name) for name in group.list_commands(ctx)}
+    return sorted(name for name, cmd in commands.items() if any("--backup-dir" in p.opts for p in cmd.params))
+
+
+def test_every_command_taking_backup_dir_refuses_an_empty_one(crashed, tmp_path, monkeypatch):
+    """Before: `--backup-dir ""` was the current directory (``Path("")`` is ``.``): an apply backed up into wherever
+    it was run from, or, run from the store, was refused as a backup inside the store. Now a usage error (exit 2)."""
+    commands = backup_dir_commands()
+    assert set(commands) == {*MODIFYING, "apply"}
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    before = tree(crashed)
+    assert run("recover", crashed, "--plan-out", tmp_path / "plan.json").exit_code == 0
+    for command in commands:
+        given = tmp_path / "plan.json" if command == "apply" else crashed
+        err = error_line(run(command, given, "--yes", "--backup-dir", ""), 2)
+        assert "--backup-dir" in err and "empty" in err, err
+    assert tree(crashed) == before and not any(here.iterdir())
+
+
+@pytest.mark.parametrize("command", ["recover", "repair"])
+@pytest.mark.parametrize("inside", ["", "bk", "commitlog/bk"])
+def test_a_backup_dir_in_the_store_is_refused_by_the_name_given(crashed, command, inside):
+    """Before: `repair --backup-dir STORE` was refused as a backup directory that is not empty (exit 3), and
+    `repair --backup-dir STORE/bk` named its first stage's directory, `STORE/bk/01-files`, which the user never gave."""
+    before = tree(crashed)
+    given = crashed / inside if inside else crashed
+    err = error_line(run(command, crashed, "--yes", "--backup-dir", given), EXIT_REFUSED)
+    assert err.startswith(f"mqtool: error: {given}: the backup directory is inside the store"), err
+    assert tree(crashed) == before and not (crashed / "bk").exists() and not (crashed / "commitlog" / "bk").exists()

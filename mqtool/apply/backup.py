@@ -53,6 +53,14 @@ def default_backup_dir(store_root: Path, command: str) -> Path:
     return store_root.resolve().parent / BACKUPS_DIR / f"{store_root.resolve().name}-{stamp}-{command}"
 
 
+def refuse_backup_inside(root: Path, backup_dir: Path) -> None:
+    """A backup directory in the store (or the store itself) is refused: its files would be the broker's."""
+    inside = Path(backup_dir).resolve()
+    if inside == root.resolve() or root.resolve() in inside.parents:
+        raise Refused(f"{backup_dir}: the backup directory is inside the store {root}, where its files would be the broker's "
+                      "(a directory in commitlog/ or a queue's stops the broker's start); nothing was changed: give a --backup-dir outside the store")
+
+
 def _flat(rel: str, digits: int = 16) -> str:
     """A store path as one file name: its hash, then its own name."""
     import hashlib  # here: OpenSSL's start-up is for the commands that write

@@ -37,7 +37,7 @@ from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
 from .writers import ConsumeQueueWriter, IndexWriterService, QueueState
-from .backup import (STAGING_DIR, BackupSet, clear_pending, interrupted_apply_ways, read_pending, restore, staging_path, undo_command,
+from .backup import (STAGING_DIR, BackupSet, clear_pending, interrupted_apply_ways, read_pending, refuse_backup_inside, restore, staging_path, undo_command,
                      unfinished_restore_line, work_path, write_pending)
 from .heap import release_free_heap
 from ..fileops import (copy_sparse, deleted_on_failure, fsync_dir, fsync_path, install, makedirs, naming, owner_for, remove, write_atomic,
@@ -583,10 +583,7 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
     if pending is not None:
         raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); {interrupted_apply_ways(root, pending)}")
     check_inputs(root, plan)
-    inside = Path(backup_dir).resolve()
-    if inside == root.resolve() or root.resolve() in inside.parents:
-        raise Refused(f"{backup_dir}: the backup directory is inside the store {root}, where its files would be the broker's "
-                      "(a directory in commitlog/ or a queue's stops the broker's start); nothing was changed: give a --backup-dir outside the store")
+    refuse_backup_inside(root, backup_dir)
     release_free_heap()  # what planning freed, before the writers' working set
     try:
         backup = BackupSet.create(backup_dir, root, plan.to_dict())

@@ -20,7 +20,7 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, newest_first, refuse_changed, refuse_incomplete, refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
+from ..apply.backup import REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, newest_first, refuse_backup_inside, refuse_changed, refuse_incomplete, refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
 from ..apply.backup import BACKUPS_DIR
 from ..apply.heap import release_free_heap
 from ..fileops import TMP_SUFFIX, write_atomic
@@ -40,9 +40,16 @@ TABLE_LOST = 50  # lost messages shown as a table (JSON lists up to --lost-limit
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Apply the changes (without it the plan is printed and nothing changes).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan only, exit 0.")]
 PlanOutOpt = Annotated[Optional[Path], typer.Option("--plan-out", metavar="FILE", help="Save the plan as JSON for `mqtool apply FILE --yes`; nothing changes.")]
+def _backup_dir(value: str) -> Path:
+    """``--backup-dir``: an empty one is a usage error (exit 2), not the current directory (``Path("")`` is ``.``)."""
+    if not value:
+        raise typer.BadParameter("an empty path: name the directory to keep the backup in", param_hint="'--backup-dir'")
+    return Path(value)
+
+
 BackupDirOpt = Annotated[
     Optional[Path],
-    typer.Option("--backup-dir", metavar="DIR", help="Where to keep the backup of everything changed.\n\n\b\ndefault: <store's parent>/.mqtool-backups/\n  <store>-<time>-<command>"),
+    typer.Option("--backup-dir", metavar="DIR", parser=_backup_dir, help="Where to keep the backup of everything changed.\n\n\b\ndefault: <store's parent>/.mqtool-backups/\n  <store>-<time>-<command>"),
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Run even though another process uses the store (dangerous).")]
 RestoreYesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Restore (without it what it would put back is printed).")]
@@ -395,6 +402,8 @@ def _repair_target(root: Path, backup_dir: Path | None, stopped) -> Path:
     """The stages' backup directory: a stopped repair's own (one restore undoes it all), else ``--backup-dir`` (new or
     empty, as every command's: an earlier repair's stages there would be taken for a stopped run's) or the default."""
     if stopped is None:
+        if backup_dir is not None:  # the directory given, not its first stage's, named by the refusal
+            refuse_backup_inside(root, backup_dir)
         if backup_dir is not None and backup_dir.is_dir() and any(backup_dir.iterdir()) and not _never_begun(backup_dir):
             raise BadInput(f"{backup_dir}: backup directory exists and is not empty; nothing was changed: give a new or empty --backup-dir")
         return backup_dir or default_backup_dir(root, "repair")
