@@ -728,3 +728,25 @@ def test_a_backup_directory_inside_the_store_is_refused_before_any_change(tmp_pa
         assert refused.exit_code == EXIT_REFUSED, refused.stderr
         assert "inside the store" in refused.stderr
         assert snapshot(store) == before
+
+
+def test_the_stages_of_a_repair_are_listed_as_its_steps(repaired):
+    """Before: ``restore`` listed a repair's stage 02-rebuild-cq as "command repair" and 01-recover as "command recover",
+    each manifest naming the command its plan was made as: neither said which step of the repair wrote it. Now each
+    stage's manifest says ``repair`` and its ``step``, and restore shows both (JSON ``command``, ``step``); a stage
+    written before manifests named their step is shown with the step its directory is named for."""
+    store, backup, before = repaired
+    stages = ("01-recover", "02-rebuild-cq")
+    manifests = {s: json.loads((backup / s / "manifest.json").read_text()) for s in stages}
+    assert {s: (m["command"], m["step"]) for s, m in manifests.items()} == {"01-recover": ("repair", "recover"), "02-rebuild-cq": ("repair", "rebuild-cq")}
+    shown = json.loads(run("restore", backup, "-f", "json").stdout)["stages"]
+    assert [(s["backup"], s["command"], s["step"]) for s in shown] == [(str(backup / "02-rebuild-cq"), "repair", "rebuild-cq"), (str(backup / "01-recover"), "repair", "recover")]
+    rows = [line.split() for line in run("restore", backup).stdout.splitlines() if line.startswith(("command ", "step "))]
+    assert rows == [["command", "repair"], ["step", "rebuild-cq"], ["command", "repair"], ["step", "recover"]]
+    for s, m in manifests.items():  # as the release before wrote them
+        m.pop("step")
+        (backup / s / "manifest.json").write_text(json.dumps({**m, "command": "recover" if s == "01-recover" else "repair"}))
+    assert json.loads(run("restore", backup, "-f", "json").stdout)["stages"] == shown
+    assert run("restore", backup, "--yes").exit_code == EXIT_OK
+    assert snapshot(store) == before
+

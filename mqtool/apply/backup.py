@@ -128,7 +128,9 @@ class BackupSet:
     made: list[Path] | None = None  # the directories ``create`` made, deepest first (None: not known, ``open``)
 
     @classmethod
-    def create(cls, directory: Path, store_root: Path, plan_doc: dict) -> "BackupSet":
+    def create(cls, directory: Path, store_root: Path, plan_doc: dict, step: str | None = None) -> "BackupSet":
+        """A new backup set in ``directory`` for an apply of ``plan_doc``; ``step``: the ``repair`` step whose stage it is
+        (its manifest's ``command`` is then ``repair``, whatever command the step's plan was made as)."""
         directory = Path(directory)
         if directory.exists() and any(directory.iterdir()) and not cls.unused(directory):
             raise BadInput(f"{directory}: backup directory exists and is not empty; nothing was changed: give a new or empty --backup-dir")
@@ -136,7 +138,8 @@ class BackupSet:
         manifest = {
             "format": BACKUP_FORMAT,
             "store": str(store_root.resolve()),
-            "command": plan_doc.get("command"),
+            "command": "repair" if step else plan_doc.get("command"),
+            **({"step": step} if step else {}),
             "created_ms": int(time.time() * 1000),
             **applied_at(),
             "complete": False,
@@ -415,10 +418,13 @@ class BackupSet:
 
     def summary(self) -> dict:
         files = sorted(self._files)
+        # a repair's stage made before manifests named their step: the step its directory is named for
+        step = self.manifest.get("step") or (self.dir.name[3:] if restore_target(self.dir) != self.dir else None)
         return {
             "backup": str(self.dir),
             "store": str(self.store_root),
-            "command": self.manifest.get("command"),
+            "command": "repair" if step else self.manifest.get("command"),
+            "step": step,
             "complete": self.complete,
             "restored_ms": self.restored_ms,
             "files": files,

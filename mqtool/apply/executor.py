@@ -573,9 +573,10 @@ def read_index_header(path: Path) -> ixfmt.IndexHeader:
 # ---- entry points ---------------------------------------------------------------------------------
 
 
-def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCache | None = None, backed=None) -> BackupSet:
+def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCache | None = None, backed=None, step: str | None = None) -> BackupSet:
     """Apply ``plan`` to its store, backing up into ``backup_dir``; ``cache``: the batches of the planning;
-    ``backed()`` runs once the backup set exists, before the first change (``repair``'s mark)."""
+    ``backed()`` runs once the backup set exists, before the first change (``repair``'s mark); ``step``: the
+    ``repair`` step whose stage this is (``BackupSet.create``)."""
     root = Path(plan.store)
     if not root.is_dir():
         raise BadInput(f"{root}: the plan's store does not exist (moved or renamed since the plan was saved?): plan again on the store where it is")
@@ -586,7 +587,7 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
     refuse_backup_inside(root, backup_dir)
     release_free_heap()  # what planning freed, before the writers' working set
     try:
-        backup = BackupSet.create(backup_dir, root, plan.to_dict())
+        backup = BackupSet.create(backup_dir, root, plan.to_dict(), step)
     except OSError as exc:
         cause = f"{exc.filename or backup_dir}: cannot create the backup: {exc.strerror or exc}"
         raise ApplyIOError(f"{cause}; nothing was changed: give a --backup-dir where it can be written (or free space there)", cause) from None

@@ -517,7 +517,7 @@ class RepairStages:
         if self.done:
             executor().durability_point(f"before stage {directory.name}")  # killed here: the stages before done, this one not begun
         try:
-            writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache, backed=self._mark)
+            writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache, backed=self._mark, step=name)
         except executor().ApplyIOError as exc:
             if self.done or self.earlier or (directory / "manifest.json").exists():  # else nothing changed, as it says
                 raise executor().ApplyIOError(
@@ -981,7 +981,7 @@ def _render_stages(console: Screen, doc: dict) -> None:
 
 def render_backup(console: Screen, doc: dict) -> None:
     console.print(kv_table("Backup", [
-        *((key, doc[key]) for key in ("backup", "store", "command", "complete")),
+        *((key, doc[key]) for key in ("backup", "store", "command", "step", "complete") if key != "step" or doc["step"]),
         ("restored", "no" if doc["restored_ms"] is None else f"yes, {iso_ms(doc['restored_ms'])}"),
         ("whole files", len(doc["files"])),
         ("byte ranges", len(doc["ranges"])),
