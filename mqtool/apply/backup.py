@@ -105,10 +105,10 @@ class Journal:
         if not self.path.exists():
             return []
         out = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
+        for line in self.path.read_bytes().split(b"\n"):  # bytes: a line torn inside a character, or holding U+2028, is one line
             try:
                 out.append(json.loads(line))
-            except json.JSONDecodeError:
+            except ValueError:  # JSON or UTF-8: the torn last line, or an empty one
                 break
         return out
 
