@@ -13,6 +13,7 @@ import signal
 import stat
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -750,3 +751,41 @@ def test_the_stages_of_a_repair_are_listed_as_its_steps(repaired):
     assert run("restore", backup, "--yes").exit_code == EXIT_OK
     assert snapshot(store) == before
 
+
+def test_restore_reads_of_the_other_backups_only_what_tells_whether_they_came_later(tmp_path, monkeypatch):
+    """Three applies on one store and one on another, their backups in one default folder, and a manifest there that is
+    JSON but no backup's. Before: restore of the newest opened every backup set in the folder whole, twice (the
+    backup's folder and the store's default one are the same): every manifest and every journal (which can be long)
+    parsed, and that manifest stopped it with an internal error (exit 5). Now each other manifest is read once and no
+    other journal at all (none came later); restore of the oldest still names the later two, newest first."""
+    import pathlib
+
+    a, b = stores_side_by_side(tmp_path, "a", "b")
+    for store, command in ((a, "recover"), (b, "recover"), (a, "rebuild-index"), (a, "rebuild-index")):
+        assert run(command, store, "--yes").exit_code == EXIT_OK
+    folder = tmp_path / ".mqtool-backups"
+    (oldest,), later = folder.glob("a-*-recover"), sorted(folder.glob("a-*-rebuild-index"))
+    (folder / "a-00000000T000000000-recover").mkdir()
+    (folder / "a-00000000T000000000-recover" / "manifest.json").write_text("[]")
+    manifests, journals, read_text, events = Counter(), Counter(), pathlib.Path.read_text, backup_module.Journal.events
+
+    def counted_text(self, *args, **kwargs):
+        if self.name == "manifest.json":
+            manifests[self.parent.name] += 1
+        return read_text(self, *args, **kwargs)
+
+    def counted_events(self):
+        journals[self.path.parent.name] += 1
+        return events(self)
+
+    monkeypatch.setattr(pathlib.Path, "read_text", counted_text)
+    monkeypatch.setattr(backup_module.Journal, "events", counted_events)
+    newest = run("restore", later[-1])
+    assert newest.exit_code == EXIT_REFUSED and "re-run with --yes" in newest.stderr, newest.stderr
+    assert set(journals) == {later[-1].name}, journals
+    assert max(n for name, n in manifests.items() if name != later[-1].name) == 1 and len(manifests) == 5, manifests
+    journals.clear()
+    result = run("restore", oldest, "--yes")
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == EXIT_REFUSED and "; ".join(f"mqtool restore {p} --yes" for p in reversed(later)) in said, result.stderr
+    assert not any(name.startswith("b-") for name in journals), journals  # the other store's: never its journal

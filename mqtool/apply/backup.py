@@ -113,6 +113,20 @@ class Journal:
         return out
 
 
+def read_manifest(directory: Path) -> dict:
+    """The manifest of the backup set in ``directory``, alone (its journal, which can be long, is not read);
+    ``BadInput`` for one missing, unreadable or not mqtool's."""
+    try:
+        manifest = json.loads((Path(directory) / "manifest.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BadInput(f"{directory}: not an mqtool backup (no manifest.json)") from None
+    except ValueError as exc:  # JSON or UTF-8
+        raise BadInput(f"{directory}/manifest.json: unreadable ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != BACKUP_FORMAT or not isinstance(manifest.get("store"), str):
+        raise BadInput(f"{directory}: not an {BACKUP_FORMAT} backup")
+    return manifest
+
+
 @dataclass
 class BackupSet:
     dir: Path
@@ -161,16 +175,10 @@ class BackupSet:
         return names <= {"manifest.json", "journal.jsonl", "manifest.json.mqtool-tmp"} and not Journal(directory / "journal.jsonl").events()
 
     @classmethod
-    def open(cls, directory: Path) -> "BackupSet":
+    def open(cls, directory: Path, manifest: dict | None = None) -> "BackupSet":
+        """The backup set in ``directory``: its manifest (``read_manifest``, unless given) and its journal's events."""
         directory = Path(directory)
-        try:
-            manifest = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise BadInput(f"{directory}: not an mqtool backup (no manifest.json)") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BadInput(f"{directory}/manifest.json: unreadable ({exc})") from None
-        if manifest.get("format") != BACKUP_FORMAT:
-            raise BadInput(f"{directory}: not an {BACKUP_FORMAT} backup")
+        manifest = read_manifest(directory) if manifest is None else manifest
         backup = cls(directory, Path(manifest["store"]), manifest, Journal(directory / "journal.jsonl"))
         paths = {"backup-file": backup._files, "create": backup._created, "create-dir": backup._dirs, "move-entry": backup._moved}
         for ev in backup.journal.events():
@@ -503,8 +511,8 @@ def newest_first(backups: dict[Path, dict] | list[Path]) -> list[Path]:
 
 def _first_manifest(path: Path) -> dict:
     try:
-        return json.loads(((repair_stages(path) or [path])[0] / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return read_manifest((repair_stages(path) or [path])[0])
+    except (BadInput, OSError):
         return {}
 
 
@@ -513,14 +521,14 @@ def same_store(a: str | Path, b: str | Path) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def later_backups(backup_dir: Path) -> list[Path]:
+def later_backups(backup_dir: Path, sets: list[BackupSet] | None = None) -> list[Path]:
     """The unrestored backup sets of the same store (manifest ``store``) applied after ``backup_dir`` (a backup
     set, a repair's stage, or a whole repair: after its first stage) that touched any file it touched, newest
     first: the later stages of its repair, and the backups beside it (beside its repair) or in the store's
     default backups folder. ``restore`` of ``backup_dir`` alone would overwrite what they wrote."""
     backup_dir = Path(backup_dir).resolve()
     own = repair_stages(backup_dir) or [backup_dir]
-    sets = [BackupSet.open(p) for p in own]
+    sets = sets or [BackupSet.open(p) for p in own]
     store = sets[0].manifest.get("store")
     first = sets[0]  # stages are in the order applied
     touched = set().union(*(s.touched() for s in sets))
@@ -530,19 +538,21 @@ def later_backups(backup_dir: Path) -> list[Path]:
     if store:
         folders.append(Path(store).parent / BACKUPS_DIR)
     found: dict[Path, dict] = {}
-    for folder in folders:
+    for folder in dict.fromkeys(f.resolve() for f in folders):  # the store's default folder is often the backup's own
         for child in sorted(folder.iterdir()) if folder.is_dir() else ():
             for path in repair_stages(child) or [child]:
                 path = path.resolve()
                 if path in own or path in found or not (path / "manifest.json").is_file():
                     continue
-                try:
-                    other = BackupSet.open(path)
-                except (BadInput, OSError, KeyError):
+                try:  # the manifest first; the journal only of a later backup of the same store
+                    manifest = read_manifest(path)
+                    if not (store and same_store(manifest["store"], store) and applied_after(manifest, path.name, first.manifest, first.dir.name)):
+                        continue
+                    other = BackupSet.open(path, manifest)
+                    if not other.restored and touched & set(other.touched()):
+                        found[path] = manifest
+                except (BadInput, OSError, ValueError):  # unreadable: none this restore can tell was later
                     continue
-                if (store and same_store(other.manifest.get("store", ""), store) and applied_after(other.manifest, path.name, first.manifest, first.dir.name)
-                        and not other.restored and touched & set(other.touched())):
-                    found[path] = other.manifest
     return newest_first(found)
 
 
@@ -591,11 +601,14 @@ def applied_backup(plan_doc: dict, store_root: Path) -> Path | None:
     """The complete, unrestored backup of an apply of ``plan_doc`` in the default backups folder, or None."""
     folder = store_root.resolve().parent / BACKUPS_DIR
     for directory in sorted(folder.glob(f"{store_root.resolve().name}-*"), reverse=True) if folder.is_dir() else ():
-        try:
-            backup = BackupSet.open(directory)
-        except BadInput:
+        try:  # the journal of a backup of this very plan only
+            manifest = read_manifest(directory)
+            if manifest.get("plan") != plan_doc:
+                continue
+            backup = BackupSet.open(directory, manifest)
+        except (BadInput, OSError, ValueError):
             continue
-        if backup.complete and backup.restored_ms is None and backup.manifest.get("plan") == plan_doc:
+        if backup.complete and backup.restored_ms is None:
             return directory
     return None
 
@@ -643,8 +656,8 @@ def _applied_command(backup_dir: Path) -> str | None:
     if restore_target(backup_dir) != backup_dir:
         return None
     try:
-        return json.loads((backup_dir / "manifest.json").read_text()).get("command")
-    except (OSError, ValueError, AttributeError):
+        return read_manifest(backup_dir).get("command")
+    except (BadInput, OSError):
         return None
 
 

@@ -719,7 +719,7 @@ def restore_cmd(
         refuse_incomplete(sets)  # every stage first: a refusal leaves every stage applied
         refuse_moved(sets[0].store_root)  # else every file it touched reads as changed since
         if not force:  # the preview too: "re-run with --yes" would be refused
-            _refuse_before_later_backups(backup)
+            _refuse_before_later_backups(backup, sets)
             _refuse_another_pending(sets[0].store_root, backup)
             refuse_changed(changed_by_others(sets))
         # one document, every stage's summary in the order restored: the preview shows them all, `-f json` is one JSON
@@ -761,7 +761,8 @@ def _restore_set(backup: Path, *, yes: bool, force: bool, fmt: OutputFormat, sho
     refuse_incomplete([backup_set])  # also without --yes, as every refusal --yes meets: "re-run with --yes" would not restore it
     refuse_moved(root)
     if not force:
-        _refuse_before_later_backups(backup)
+        if not shown:  # a stage's: checked for its whole repair, every later stage restored before it
+            _refuse_before_later_backups(backup, [backup_set])
         _refuse_another_pending(root, backup)
         if not yes:  # with --yes, restore checks it under the store's lock
             refuse_changed(backup_set.changed_since_apply(), summary["command"])
@@ -833,10 +834,10 @@ def _note_removed(leftovers: list[str]) -> None:
         note(f"removed the temporary files an interrupted mqtool had left: {', '.join(leftovers)}")
 
 
-def _refuse_before_later_backups(backup: Path) -> None:
+def _refuse_before_later_backups(backup: Path, sets: list[BackupSet]) -> None:
     """A backup (a repair's stage, a whole repair) restored while a later, unrestored one of the same store
     (``later_backups``) stands would overwrite what it wrote to the same files: refused, naming what to restore first."""
-    later = later_backups(backup)
+    later = later_backups(backup, sets)
     if not later:
         return
     repair = backup.resolve().parent
