@@ -639,10 +639,10 @@ def restore_target(backup_dir: Path) -> Path:
     (a ``NN-name`` directory beside only such stages) with its repair; any other backup alone."""
     backup_dir = Path(backup_dir)
     parent = backup_dir.parent
-    stages = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
-    if not STAGE_NAME.fullmatch(backup_dir.name) or (parent / "manifest.json").exists() or not all(STAGE_NAME.fullmatch(name) for name in stages):
+    if not STAGE_NAME.fullmatch(backup_dir.name) or (parent / "manifest.json").exists():  # the folder listed only for a stage's name
         return backup_dir
-    return parent
+    stages = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
+    return parent if all(STAGE_NAME.fullmatch(name) for name in stages) else backup_dir
 
 
 def undo_command(backup_dir: Path | str) -> str:
