@@ -207,10 +207,10 @@ def test_a_ctrl_c_after_the_last_write_is_ignored_while_the_apply_is_reported(co
         args = ["apply", str(plan), "--yes", "--backup-dir", str(tmp_path / "backup")]
     said = repair_cli.note
 
-    def ctrl_c_while_reporting(message):
+    def ctrl_c_while_reporting(message, **how):
         if " applied" in message:
             os.kill(os.getpid(), signal.SIGINT)  # the Ctrl-C lands as the success is said
-        said(message)
+        said(message, **how)
 
     monkeypatch.setattr(repair_cli, "note", ctrl_c_while_reporting)
     done = runner.invoke(app, args)

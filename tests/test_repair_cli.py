@@ -371,7 +371,8 @@ def test_an_apply_says_where_its_backup_is_even_quiet_and_in_its_json(crashed, t
     assert said[1] == f"mqtool: undo with: mqtool restore {backup} --yes"
     shown = run("restore", doc["backup"], "-f", "json")  # restore's document names the backup it shows
     assert shown.exit_code == EXIT_REFUSED and json.loads(shown.stdout)["backup"] == str(backup)
-    assert run("restore", doc["backup"], "--yes").exit_code == 0
+    restored = run("-q", "restore", doc["backup"], "--yes")  # a write too: what it did said under -q
+    assert restored.exit_code == 0 and restored.stderr.splitlines()[-1].startswith("mqtool: restored "), restored.stderr
     assert tree(crashed) == before
     plan_only = run(*args, "--dry-run", "-f", "json") if command != "apply" else run(*args, "-f", "json")
     assert "backup" not in json.loads(plan_only.stdout)  # no apply, no backup

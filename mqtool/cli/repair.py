@@ -40,6 +40,8 @@ TABLE_LOST = 50  # lost messages shown as a table (JSON lists up to --lost-limit
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Apply the changes (without it the plan is printed and nothing changes).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan only, exit 0.")]
 PlanOutOpt = Annotated[Optional[Path], typer.Option("--plan-out", metavar="FILE", help="Save the plan as JSON for `mqtool apply FILE --yes`; nothing changes.")]
+
+
 def _backup_dir(value: str) -> Path:
     """``--backup-dir``: an empty one is a usage error (exit 2), not the current directory (``Path("")`` is ``.``)."""
     if not value:
@@ -726,7 +728,7 @@ def restore_cmd(
         emit_plan({"backup": str(backup), "stages": [s.summary() for s in reversed(sets)]}, fmt, _render_stages)
         unrestored = False
         for stage in reversed(stages):  # `repair` wrote one backup set per stage
-            note(f"stage {stage.name}:")
+            note(f"stage {stage.name}:", always=yes)  # what the restore line after it says under -q is of this stage
             try:
                 _restore_set(stage, yes=yes, force=force, fmt=fmt, shown=True)
             except Refused:
@@ -776,7 +778,7 @@ def _restore_set(backup: Path, *, yes: bool, force: bool, fmt: OutputFormat, sho
             raise Interrupted(_finish_restore_line(backup)) from None
         except OSError as exc:
             raise BadInput(f"{exc.filename or root}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
-    note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the {summary['command'] or 'apply'} had created")
+    note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the {summary['command'] or 'apply'} had created", always=True)  # a write: said as an apply's
     _note_removed(result["temporaries_removed"])
 
 
