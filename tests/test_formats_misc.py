@@ -3,6 +3,7 @@ their derived fast codecs on the real fixture files."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -126,15 +127,17 @@ def test_batch_and_ext_units_are_symmetric():
 
 
 def test_compiled_java_hash_equals_java_string_hash_at_every_length_and_alignment():
-    """``textscan.java_hash_utf8`` (four ASCII bytes at a time, then byte by byte) equals
-    ``java_string_hash`` for ASCII, 2-, 3- and 4-byte UTF-8 at every position, and composes."""
+    """``textscan.java_hash_utf8`` (eight, then four ASCII bytes at a time, then byte by byte)
+    equals ``java_string_hash`` for ASCII, 2-, 3- and 4-byte UTF-8 at every position, and
+    composes; ASCII runs of every length at every alignment, the highest ASCII bytes among them."""
     import numpy as np
 
     from mqtool.store.textscan import java_hash_utf8
 
-    pieces = ["a", "Z", "0", " ", "é", "主", "😀", "~"]
+    mixed = ["a", "Z", "0", " ", "é", "主", "😀", "~"]
+    ascii_only = ["a", "Z", "0", " ", "~", "\x7f", "\x03"]
     rng = np.random.default_rng(7)
-    for length in range(0, 41):
+    for length, pieces in itertools.product(range(0, 41), (mixed, ascii_only)):
         for _ in range(6):
             text = "".join(pieces[i] for i in rng.integers(0, len(pieces), length))
             raw = np.frombuffer(b"xx" + text.encode() + b"yy", dtype=np.uint8)
