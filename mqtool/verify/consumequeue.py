@@ -168,6 +168,9 @@ class QueueCursor:
         # before the queue's first entry, one less than it: the first record belongs there
         self.last_pos: int | None = None if self.head is None else self.head.queue_offset - 1
         self.placed = False  # a record of the queue was found at its entry: last_pos is a write position the dispatch reached
+        # (entry queue offset - record QUEUEOFFSET, the record's QUEUEOFFSET) of the last entry ``_compare`` found shifted from
+        # its record's and judged a queue fault, not a damaged field: the entries after it shifted alike are that fault too
+        self.shift: tuple[int, int] | None = None
 
     @property
     def entries(self) -> int:
@@ -308,6 +311,27 @@ def _wrapped_note(queue_offset: int) -> str:
     """What a QUEUEOFFSET whose position wraps around a Java long stands for (``cqfmt.unit_position``)."""
     position = cqfmt.unit_position(queue_offset)
     return "" if position == queue_offset * cqfmt.ENTRY_SIZE else f" (times the unit size, as a Java long: position {position})"
+
+
+def entry_mismatch(topic: str, queue_id: int, file: str | None, queue_offset: int, offset: int, what: str, expected, found, *,
+                   record_damaged: bool = False, wrapped: bool = False) -> Finding:
+    """The ``cq-entry-mismatch`` of the entry at ``queue_offset`` of ``topic``/``queue_id`` pointing at the record at ``offset``:
+    its ``what`` (size, queue offset, tags code) is ``found``, the record's ``expected``. ``record_damaged``: an entry in the
+    queue's order at another queue offset than its record's QUEUEOFFSET (``ConsumeQueueCheck._record_damaged``), lost data;
+    ``wrapped``: its position wrapped around. ``repair`` predicts the entries a dispatch writes away from their record's QUEUEOFFSET with it."""
+    label, details = f"{topic}/{queue_id}", {"topic": topic, "queue_id": queue_id, "queue_offset": queue_offset, "field": what}
+    where = f"consume queue {label} entry at queue offset {queue_offset} points to the record at {offset}"
+    if not record_damaged:
+        return error("cq-entry-mismatch", f"{where} but its {what} is {found}, the record's is {expected}"
+                     + (" (consumers filtering by tag would skip or receive the wrong messages)" if what == "tags code" else ""),
+                     file=file, offset=offset, expected=expected, found=found, details=details)
+    why = ("times the unit size it is past a Java long, so the broker's position wrapped around and it wrote the entry where no "
+           "read of that queue offset finds it: the record's field is damaged" if wrapped else
+           "the entry follows the queue's previous record, as the broker wrote it, so the record's field is damaged or records of "
+           "the queue before it are lost")
+    return error("cq-entry-mismatch", f"{where}, whose QUEUEOFFSET field says {expected}: {why}; no rebuild of the queue mends it"
+                 + ("" if wrapped else f" (consumers get the message with queue offset {expected})"),
+                 file=file, offset=offset, expected=expected, found=found, details={**details, "record_damaged": True})
 
 
 def wrong_length_files(store: Store, queue, what: str = "consume queue", details: dict | None = None) -> Iterator[Finding]:
@@ -462,7 +486,7 @@ class ConsumeQueueCheck(FindingSink):
         for key, cursor, g in plan:
             if compared[g] >= 0:
                 cursor.skip(counts[g])
-                cursor.last_pos, cursor.placed = last_qoffs[g], True  # the join found every entry at its record's QUEUEOFFSET
+                cursor.last_pos, cursor.placed, cursor.shift = last_qoffs[g], True, None  # the join found every entry at its record's QUEUEOFFSET
                 continue
             if type(cursor) is tuple:  # a queue without a directory
                 cursor = self.cursors[cursor] = self._by_key[key] = QueueCursor(self, None, *cursor)
@@ -526,20 +550,22 @@ class ConsumeQueueCheck(FindingSink):
         # offset finds it (a damaged field: damage seed 4800051, 2^60 + 3); or the entry comes right after the one of the
         # queue's previous record (the queue's first entry, for its first record): the queue is in the order the broker
         # wrote it and the record's QUEUEOFFSET is the odd one out. ``putMessagePositionInfo`` appends at the write position
-        # whatever a higher QUEUEOFFSET says and skips a lower one (reference §5.10): no rebuild puts the entry at the field's offset
+        # whatever a higher QUEUEOFFSET says and skips a lower one (reference §5.10): no rebuild puts the entry at the field's offset.
+        # Not an entry shifted as the one before it, whose record's QUEUEOFFSET its own follows (``QueueCursor.shift``): that one
+        # was a queue fault (entries missing before it, and the broker's dispatch then appending the records it re-dispatches at its
+        # write position, ``putMessagePositionInfo`` only logging "[BUG]logic queue order maybe wrong"); a rebuild puts them all in place
         only_queue_offset = [what for what, _, _ in problems] == ["queue offset"]
         wrapped = only_queue_offset and not 0 <= record.queue_offset * cqfmt.ENTRY_SIZE < 1 << 63
-        if wrapped or only_queue_offset and cursor.last_pos is not None and entry.queue_offset == cursor.last_pos + 1:
+        shift, cursor.shift = cursor.shift, None
+        follows = shift == (entry.queue_offset - record.queue_offset, record.queue_offset - 1)
+        if wrapped or only_queue_offset and not follows and cursor.last_pos is not None and entry.queue_offset == cursor.last_pos + 1:
             self.emit(self._record_damaged(cursor, entry, record, wrapped))
             return
+        if only_queue_offset:
+            cursor.shift = (entry.queue_offset - record.queue_offset, record.queue_offset)
         for what, expected, found in problems:
-            self.emit(error(
-                "cq-entry-mismatch",
-                f"consume queue {cursor.label} entry at queue offset {entry.queue_offset} points to the record at {record.offset} "
-                f"but its {what} is {found}, the record's is {expected}"
-                + (" (consumers filtering by tag would skip or receive the wrong messages)" if what == "tags code" else ""),
-                file=self._file_of(cursor, entry.queue_offset), offset=record.offset, expected=expected, found=found,
-                details=cursor.details(queue_offset=entry.queue_offset, field=what)))
+            self.emit(entry_mismatch(cursor.topic, cursor.queue_id, self._file_of(cursor, entry.queue_offset), entry.queue_offset,
+                                     record.offset, what, expected, found))
 
     def _skipped_by_dispatch(self, cursor: QueueCursor, queue_offset: int) -> bool:
         """A record without an entry whose non-zero QUEUEOFFSET puts it below the queue's write position after its previous
@@ -566,17 +592,8 @@ class ConsumeQueueCheck(FindingSink):
         """An entry in the queue's order, or where a wrapped position put it (``_compare``), at another
         queue offset than its record's QUEUEOFFSET: the field (outside the body CRC) is damaged, or records of the
         queue before it are lost. No rebuild mends it: lost data (``record_damaged``), not a consume queue fault."""
-        why = ("times the unit size it is past a Java long, so the broker's position wrapped around and it wrote the entry where no "
-               "read of that queue offset finds it: the record's field is damaged" if wrapped else
-               "the entry follows the queue's previous record, as the broker wrote it, so the record's field is damaged or records of "
-               "the queue before it are lost")
-        return error(
-            "cq-entry-mismatch",
-            f"consume queue {cursor.label} entry at queue offset {entry.queue_offset} points to the record at {record.offset}, whose "
-            f"QUEUEOFFSET field says {record.queue_offset}: {why}; no rebuild of the queue mends it"
-            + ("" if wrapped else f" (consumers get the message with queue offset {record.queue_offset})"),
-            file=self._file_of(cursor, entry.queue_offset), offset=record.offset, expected=record.queue_offset, found=entry.queue_offset,
-            details=cursor.details(queue_offset=entry.queue_offset, field="queue offset", record_damaged=True))
+        return entry_mismatch(cursor.topic, cursor.queue_id, self._file_of(cursor, entry.queue_offset), entry.queue_offset, record.offset,
+                              "queue offset", record.queue_offset, entry.queue_offset, record_damaged=True, wrapped=wrapped)
 
     def _tags_code(self, record: LogRecord) -> int | str:
         """``consume_queue_tags_code``; outside SCHEDULE_TOPIC_XXXX it depends on TAGS alone, so
