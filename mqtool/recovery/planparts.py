@@ -274,6 +274,7 @@ def queue_plan(sim: QueueSim, min_before: int, max_before: int, clmin: int, v5: 
         sim.last_added[0] if sim.last_added else None,
         seeds,
         tuple(sim.fates()),
+        tuple(sim.misplaced),
     )
 
 

@@ -137,6 +137,17 @@ class QueueFile:
 
 
 @dataclass(frozen=True)
+class MisplacedEntry:
+    """An entry the dispatch writes at its queue's write position ``queue_offset``, not at its record's QUEUEOFFSET
+    ``record_queue_offset`` (``putMessagePositionInfo`` only logs "[BUG]logic queue order maybe wrong", reference §5.10):
+    records of the queue before it have no entry, or are gone. ``offset``: the record's."""
+
+    queue_offset: int
+    offset: int
+    record_queue_offset: int
+
+
+@dataclass(frozen=True)
 class QueuePlan:
     topic: str
     queue_id: int
@@ -153,6 +164,7 @@ class QueuePlan:
     last_added: int | None
     seeds: tuple[QueueSeed | None, ...]  # per dispatch phase (None: carry on)
     files: tuple[QueueFile, ...]
+    misplaced: tuple[MisplacedEntry, ...] = ()  # entries written away from their record's QUEUEOFFSET, in writing order
 
 
 @dataclass(frozen=True)

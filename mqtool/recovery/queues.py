@@ -26,7 +26,7 @@ from ..store.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units, units_are
 from ..store.mappedfile import offset_file_name, open_read_only
 from ..store.rules import VersionRules
 from ..dispatch.placement import S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, place_units
-from .plans import QueueFile
+from .plans import MisplacedEntry, QueueFile
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -63,6 +63,7 @@ class QueueSim:
     differs: bool = False  # a unit placed with its tags code (``place(..., tags)``) is not the original file's unit there
     _compared: tuple | None = field(default=None, repr=False, compare=False)  # (base, open file): the original file ``_compare`` reads
     keep_placed: bool = False  # prune to SPILL every file's placed units, not only the first and last's (``units_in`` reads them all)
+    misplaced: list[MisplacedEntry] = field(default_factory=list)  # units placed away from their QUEUEOFFSET (``QueuePlan.misplaced``)
 
     # ---- 1. recovery ------------------------------------------------------------------------
 
@@ -153,6 +154,8 @@ class QueueSim:
         ktags = tags[keep] if tags is not None else None
         if ktags is not None:
             self._compare(int(kp[0]), kphys, ksize, ktags)
+        away = np.flatnonzero(kp != kq * ENTRY)  # written at the write position, not at the record's QUEUEOFFSET
+        self.misplaced += [MisplacedEntry(int(kp[i]) // ENTRY, int(kphys[i]), int(kq[i])) for i in away.tolist()]
         if self.first_added is None:
             self.first_added = (int(kq[0]), int(kphys[0]))
         self.last_added = (int(kq[-1]), int(kphys[-1]))

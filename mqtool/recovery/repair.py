@@ -42,10 +42,11 @@ from ..store.rules import ERAS
 from ..store.version import eras_label
 from ..store.timer import RecoveredWheel, TimerLog, TimerLogEnd, TimerLogListing, TimerStore, chain_break, cut_at, recovered_wheel
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
+from ..verify.consumequeue import entry_mismatch
 from ..verify.lmq import adjacent_runs, lmq_queue_dirs
 from ..verify.state import checkpoint_ahead_findings, config_file_findings, consumer_offset_findings
 from .plans import PlanOptions
-from .plans import Action, CheckpointPlan, Expected, Plan, _from_json_value, _to_json_value
+from .plans import Action, CheckpointPlan, Expected, Plan, QueuePlan, _from_json_value, _to_json_value
 from .planners import plan_rebuild_cq, plan_rebuild_index  # under every candidate version, as the commands plan
 from ..store.walkedchain import WalkedChain
 
@@ -940,9 +941,11 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: St
             or (f.kind in ("checkpoint-missing", "checkpoint-size", "checkpoint-empty") and checkpoint)
         )
 
-    kept = [_partly_redispatched(f, cq_from) for f in findings if not removes(f)]
+    kept = [_partly_redispatched(f, cq_from, store) for f in findings if not removes(f)]
     if store is None:
         return kept
+    partly = {_queue_of(f) for f in kept if f.kind == "cq-entry-missing" and (f.details or {}).get("redispatched_from") is not None}
+    kept += [g for q in recover.queues for g in misplaced_findings(store, q, q.first_added if (q.topic, q.queue_id) in partly else None)]
     cl = recover.commitlog
     if last_timestamp is not None and cl is not None and cl.end_is_damage and cl.last_valid_offset >= 0 and not store.is_dledger:  # it cuts
         last_timestamp = store.commitlog.read_record(cl.last_valid_offset).store_timestamp
@@ -960,19 +963,46 @@ def _cut_away(f: Finding, cl) -> bool:
     return f.offset < cl.zero_to or Path(f.file or "").name in cl.delete_segments
 
 
-def _partly_redispatched(f: Finding, cq_from: int | None) -> Finding:
+def _partly_redispatched(f: Finding, cq_from: int | None, store: Store | None) -> Finding:
     """``f``, or of a ``cq-entry-missing`` run the recovery re-dispatches from ``cq_from`` on (its records from there get their
-    entries), a row that says so: verify's rows for that queue after it (the records before, as the queue the recovery writes and
-    the start after it judge them; the entries it writes) are not predicted here."""
+    entries), a row that says so, in the queue file verify then names (the recovery creates a missing queue's; ``misplaced_findings``
+    gives the rows of the entries it writes)."""
     d = f.details or {}
     if (f.kind != "cq-entry-missing" or cq_from is None or f.offset is None or "first_queue_offset" not in d or "reput_resumes_at" in d
             or not f.offset < cq_from <= d.get("last_offset", -1)):
         return f
-    return dataclasses.replace(f, message=(
+    file = f.file if f.file is not None or store is None else queue_file(store, d["topic"], int(d["queue_id"]), d["first_queue_offset"])
+    return dataclasses.replace(f, file=file, details={**d, "redispatched_from": cq_from}, message=(
         f"records of {d['topic']}/{d['queue_id']} before {cq_from} still have no consume queue entry after this recovery, which "
         f"re-dispatches it from {cq_from} on (today {d['records']} records, "
-        f"queue offsets {d['first_queue_offset']}..{d['last_queue_offset']}, "
-        f"commit log {f.offset}..{d['last_offset']}); verify's rows for this queue after it are not predicted here"))
+        f"queue offsets {d['first_queue_offset']}..{d['last_queue_offset']}, commit log {f.offset}..{d['last_offset']})"))
+
+
+def queue_file(store: Store, topic: str, queue_id: int, queue_offset: int) -> str:
+    """The consume queue file (relative to the store) holding ``queue_offset`` of ``topic``/``queue_id``, as verify names it."""
+    logical, size = queue_offset * cqfmt.ENTRY_SIZE, store.consume_queue_file_size
+    return os.path.join("consumequeue", topic, str(queue_id), f"{logical - logical % size:020d}")
+
+
+def misplaced_findings(store: Store, q: QueuePlan, plain_from: int | None = None) -> list[Finding]:
+    """verify's ``cq-entry-mismatch`` rows of the entries the plan of queue ``q`` writes at the queue's write position, not at their
+    record's QUEUEOFFSET (``QueuePlan.misplaced``; ``putMessagePositionInfo`` only logs "[BUG]logic queue order maybe wrong",
+    reference §5.10, ``ConsumeQueue.java`` 4.9.7 and 5.3.3), as ``ConsumeQueueCheck._compare`` judges them: an entry following the
+    queue's previous entry, lost data (``record_damaged``: records of the queue before it are gone, or its field is damaged); but
+    where ``plain_from``, the first record the plan places, has its entry first and the queue's records before it have none (a queue
+    the recovery re-dispatches from its own start on, ``_partly_redispatched``), that run of entries shifted alike is a queue fault
+    a rebuild mends (``QueueCursor.shift``)."""
+    out, plain, previous = [], False, None
+    for m in q.misplaced:
+        shift = m.queue_offset - m.record_queue_offset
+        if previous is None:
+            plain = m.record_queue_offset == plain_from
+        elif not (previous == (shift, m.record_queue_offset - 1) and plain):
+            plain = False
+        previous = (shift, m.record_queue_offset)
+        out.append(entry_mismatch(q.topic, q.queue_id, queue_file(store, q.topic, q.queue_id, m.queue_offset), m.queue_offset, m.offset,
+                                  "queue offset", m.record_queue_offset, m.queue_offset, record_damaged=not plain))
+    return out
 
 
 def _replaced(findings: list[Finding], kind: str, which: Callable[[Finding], bool], new: list[Finding]) -> list[Finding]:
@@ -1197,8 +1227,9 @@ def next_start_cut(store: Store, recover: Plan, findings: list[Finding], start: 
     return (start, end) if end.offset < recover.commitlog.valid_end and not end.is_clean else None
 
 
-def before_cut(findings: list[Finding], cut: tuple[ScanStart, ScanEnd] | None) -> list[Finding]:
-    """``findings`` without those at or after the end ``cut`` (``next_start_cut``) makes: not predicted (``unpredicted``)."""
+def before_cut(findings: list, cut: tuple[ScanStart, ScanEnd] | None) -> list:
+    """``findings`` (or ``Expected`` rows) without those at or after the end ``cut`` (``next_start_cut``) makes: not predicted
+    (``unpredicted``)."""
     return findings if cut is None else [f for f in findings if f.offset is None or f.offset < cut[1].offset]
 
 
@@ -1224,9 +1255,14 @@ def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep
     fixed, cut = file_fix_steps(findings, steps, files), next_start_cut(store, recover, findings, start)
     kept = before_cut(predict_after_recovery(_left_by_file_fixes(store, findings, fixed, files), recover, store, last_timestamp), cut)
     t = triage(kept, last_timestamp)
-    if t.queues and store.config_file("consumerOffset.json") is not None:  # the rebuild's queue ends, for the offsets' rows
-        t = triage(recovered_offset_findings(store, kept, recover, *_rebuild_of(store, t.queues, start)), last_timestamp)
-    return steps_of(t), t.lost + unpredicted(store, cut)
+    offsets = store.config_file("consumerOffset.json") is not None
+    # the rebuild's queue ends, for the offsets' rows; and past lost records, the entries it writes after them at the queue's
+    # write position (the broker's ``putMessagePositionInfo`` does not renumber the records: lost data, ``misplaced_findings``)
+    rebuild = _rebuild_of(store, t.queues, start) if t.queues and (offsets or any(f.kind in LOST_KINDS for f in kept)) else []
+    if offsets and rebuild:
+        t = triage(recovered_offset_findings(store, kept, recover, *rebuild), last_timestamp)
+    renumbered = [expected(g, True) for plan in rebuild for q in plan.queues for g in misplaced_findings(store, q)]
+    return steps_of(t), t.lost + renumbered + unpredicted(store, cut)
 
 
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *,
