@@ -1118,9 +1118,9 @@ def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan,
     findings, run = verified
     cut = next_start_cut(store, recover, findings, start_after_recovery(store, recover))
     fixed = file_fix_steps(findings, *_file_fixes_of(store, findings))
-    left = triage(before_cut(predict_after_recovery([f for f in findings if id(f) not in fixed], recover, store, run.last_timestamp), cut),
+    left = triage(cut_marked(predict_after_recovery([f for f in findings if id(f) not in fixed], recover, store, run.last_timestamp), cut),
                   run.last_timestamp)
-    return [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + expected_after(left) + unpredicted(store, cut)
+    return [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + before_cut(expected_after(left), cut) + unpredicted(store, cut)
 
 
 def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None], Plan], *, before_verify: Callable[[], None] | None = None) -> Plan:
@@ -1233,6 +1233,16 @@ def before_cut(findings: list, cut: tuple[ScanStart, ScanEnd] | None) -> list:
     return findings if cut is None else [f for f in findings if f.offset is None or f.offset < cut[1].offset]
 
 
+def cut_marked(findings: list[Finding], cut: tuple[ScanStart, ScanEnd] | None) -> list[Finding]:
+    """``findings`` with the damage where the start after the recovery ends the log (``next_start_cut``) marked as verify marks
+    it after the recovery (``cut_by_next_start``): ``triage`` then takes every record after it for lost, and a queue with a row
+    there for a queue of lost data, which no rebuild renumbers (``_LostData``), as ``repair`` does once the recovery is applied."""
+    if cut is None:
+        return findings
+    return [dataclasses.replace(f, details={**(f.details or {}), "cut_by_next_start": True})
+            if f.kind in LOST_KINDS and f.offset == cut[1].offset else f for f in findings]
+
+
 def unpredicted(store: Store, cut: tuple[ScanStart, ScanEnd] | None) -> list[Expected]:
     """The row that says what the table leaves out where the start after the recovery ends the log at damage (``next_start_cut``):
     what verify then finds from that end on (the damage, read now, and the records the start drops)."""
@@ -1253,7 +1263,7 @@ def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep
     verify's ``findings`` today, and what verify still reports after them (its "will still report" table)."""
     start = start_after_recovery(store, recover)
     fixed, cut = file_fix_steps(findings, steps, files), next_start_cut(store, recover, findings, start)
-    kept = before_cut(predict_after_recovery(_left_by_file_fixes(store, findings, fixed, files), recover, store, last_timestamp), cut)
+    kept = cut_marked(predict_after_recovery(_left_by_file_fixes(store, findings, fixed, files), recover, store, last_timestamp), cut)
     t = triage(kept, last_timestamp)
     offsets = store.config_file("consumerOffset.json") is not None
     # the rebuild's queue ends, for the offsets' rows; and past lost records, the entries it writes after them at the queue's
@@ -1262,7 +1272,7 @@ def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep
     if offsets and rebuild:
         t = triage(recovered_offset_findings(store, kept, recover, *rebuild), last_timestamp)
     renumbered = [expected(g, True) for plan in rebuild for q in plan.queues for g in misplaced_findings(store, q)]
-    return steps_of(t), t.lost + renumbered + unpredicted(store, cut)
+    return steps_of(t), before_cut(t.lost + renumbered, cut) + unpredicted(store, cut)
 
 
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *,
