@@ -184,6 +184,20 @@ class QueueAfter(Protocol):
     def units_in(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]: ...
 
 
+class _OnDisk:
+    """A consume queue as on disk, as a ``QueueAfter``: its units as they are, below its recovered end
+    (``ConsumeQueue.recover``, §5.7), none placed elsewhere."""
+
+    placed_from = None
+
+    def __init__(self, queue):
+        self.queue, self.file_size, self.end = queue, queue.file_size, queue.recover().end
+
+    def units_in(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        units = next((self.queue.units(path) for base, path in self.queue.files if base == lo), None)
+        return (units["phys_offset"], units["size"]) if units is not None else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+
+
 @dataclass
 class QueuesAfter:
     """What consumability is judged against: ``view`` says which queues, in words; ``candidates``:
@@ -286,22 +300,19 @@ class SurvivorSearch:
             yield (self.topics[int(hits["topic"][idx[0]])], int(hits["queue_id"][idx[0]])), idx
 
     def _consumable(self, hits: dict[str, np.ndarray], candidate: np.ndarray) -> np.ndarray:
-        """Per hit: consumable in the queues ``self.queues`` names (module docstring)."""
+        """Per hit: some unit of its queue, below the queue's end, holds its offset and size: the one at its
+        queue offset, or one the recovery placed elsewhere (a queue cut short, then re-dispatched, puts each
+        record at its write position, ``putMessagePositionInfo`` §5.10: 5.3.3's DLedger recovery, reference
+        §15.4), in the queues ``self.queues`` names (module docstring; none as on disk). Under several
+        candidate versions, refused where their queues differ for these hits (``recovery.candidates``:
+        --broker-version decides)."""
         if self.store.root is None:  # commit log segments alone: no consume queue leads anywhere
             return np.zeros(len(candidate), dtype=bool)
-        if self.queues.candidates:
-            return self._consumable_after(hits, candidate)
-        return self._consumable_on_disk(hits, candidate)
-
-    def _consumable_after(self, hits: dict[str, np.ndarray], candidate: np.ndarray) -> np.ndarray:
-        """Per hit: some unit of its queue after the broker's next start, below the queue's end, holds
-        its offset and size: the one at its queue offset, or one the recovery placed elsewhere (a queue
-        cut short, then re-dispatched, puts each record at its write position, ``putMessagePositionInfo``
-        §5.10: 5.3.3's DLedger recovery, reference §15.4). Under several candidate versions, refused
-        where their queues differ for these hits (``recovery.candidates``: --broker-version decides)."""
         answers: list[np.ndarray] = []
         ends: list[dict] = []
-        for _, queues in self.queues.candidates:
+        on_disk = ((key, self.store.consume_queue(*key)) for key, _ in self._queue_groups(hits, candidate))
+        candidates = self.queues.candidates or [("", {key: _OnDisk(queue) for key, queue in on_disk if queue.files})]
+        for _, queues in candidates:
             result, end_of = np.zeros(len(candidate), dtype=bool), {}
             for key, idx in self._queue_groups(hits, candidate):
                 queue = queues.get(key)
@@ -310,8 +321,8 @@ class SurvivorSearch:
                     result[idx] = _held(queue, hits["queue_offset"][idx] * ENTRY_SIZE, hits["offset"][idx], hits["size"][idx])
             answers.append(result)
             ends.append(end_of)
-        (first_label, _), first, first_ends = self.queues.candidates[0], answers[0], ends[0]
-        for (label, _), answer, end_of in zip(self.queues.candidates[1:], answers[1:], ends[1:]):
+        (first_label, _), first, first_ends = candidates[0], answers[0], ends[0]
+        for (label, _), answer, end_of in zip(candidates[1:], answers[1:], ends[1:]):
             differ = [key for key in first_ends if first_ends[key] != end_of[key]]
             if differ or (answer != first).any():
                 what = (f"queue {differ[0][0]} {differ[0][1]} ends at offset {first_ends[differ[0]] // ENTRY_SIZE} vs {end_of[differ[0]] // ENTRY_SIZE}" if differ
@@ -319,30 +330,6 @@ class SurvivorSearch:
                 raise Refused(f"cannot tell which broker version wrote this store, and the consume queues of these ids after its next start "
                               f"differ between {first_label} and {label} ({what}): pass --broker-version with the release the broker ran")
         return first
-
-    def _consumable_on_disk(self, hits: dict[str, np.ndarray], candidate: np.ndarray) -> np.ndarray:
-        """Per hit: the consume queue unit at its queue offset holds its offset and size, below
-        the queue's recovered end (``ConsumeQueue.recover``)."""
-        result = np.zeros(len(candidate), dtype=bool)
-        for (topic, queue_id), idx in self._queue_groups(hits, candidate):
-            queue = self.store.consume_queue(topic, queue_id)
-            if not queue.files:
-                continue
-            end = queue.recover().end  # logical bytes
-            logical = hits["queue_offset"][idx] * ENTRY_SIZE
-            offset, size = hits["offset"][idx], hits["size"][idx]
-            ok = np.zeros(len(idx), dtype=bool)
-            for base, path in queue.files:
-                inside = np.flatnonzero((logical >= base) & (logical < base + queue.file_size) & (logical < end))
-                if len(inside) == 0:
-                    continue
-                units = queue.units(path)
-                unit = (logical[inside] - base) // ENTRY_SIZE
-                within = unit < units.shape[0]
-                u = units[unit[within]]
-                ok[inside[within]] = (u["phys_offset"] == offset[inside[within]]) & (u["size"] == size[inside[within]])
-            result[idx] = ok
-        return result
 
     def rows(self) -> Iterator[dict]:
         """Search, then one dict per distinct id (``ROW_FIELDS``), in input order (``summary`` is
