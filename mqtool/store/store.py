@@ -539,18 +539,14 @@ class Store:
     # ---- checkpoint, markers, config ----------------------------------------------------------
 
     @cached_property
-    def checkpoint(self) -> cpfmt.StoreCheckpoint | None:
+    def _checkpoint_read(self) -> tuple[cpfmt.StoreCheckpoint | None, int | None]:
         if (path := self.file("checkpoint")) is None:
-            return None
+            return None, None
         with MappedFile(path) as mf:
-            return cpfmt.decode_checkpoint(mf.buf)
+            return cpfmt.decode_checkpoint(mf.buf), cpfmt.used_bytes(mf.buf)
 
-    @cached_property
-    def checkpoint_used_bytes(self) -> int | None:
-        if (path := self.file("checkpoint")) is None:
-            return None
-        with MappedFile(path) as mf:
-            return cpfmt.used_bytes(mf.buf)
+    checkpoint = property(lambda self: self._checkpoint_read[0])
+    checkpoint_used_bytes = property(lambda self: self._checkpoint_read[1])
 
     @cached_property
     def checkpoint_size_problem(self) -> str | None:
