@@ -143,11 +143,8 @@ def _config_marks(store: "Store") -> list[tuple[str, frozenset]]:
                 keys = {k for k in ("stateVersion", "timestatmp", "timestamp") if k.encode() in text}
             else:
                 continue
-            marks = []
-            if "stateVersion" in keys:
-                marks.append((f"config/{name} has dataVersion.stateVersion", eras_between("E13", "E18")))
-            else:
-                marks.append((f"config/{name} has dataVersion without stateVersion", eras_between("E0", "E12")))
+            marks = [(f"config/{name} has dataVersion.stateVersion", eras_between("E13", "E18")) if "stateVersion" in keys
+                     else (f"config/{name} has dataVersion without stateVersion", eras_between("E0", "E12"))]
             if "timestatmp" in keys:
                 marks.append((f"config/{name} spells dataVersion.timestatmp", eras_between("E0", "E1")))
             elif "timestamp" in keys:
@@ -239,18 +236,14 @@ def _record_marks(records) -> list[tuple[str, frozenset]]:
             marks.append(("properties end without \\x02", client_verbatim | eras_between("E10", "E16")))
         else:
             marks.append(("properties end with and without \\x02 (the clients' strings as sent)", client_verbatim))
-        if any(b"CLUSTER\x01" in r.properties for r in with_props):
-            marks.append(("properties hold CLUSTER (added by the broker)", ALL_ERAS - client_verbatim))
-        else:
-            marks.append(("properties without CLUSTER (the client's string as sent)", client_verbatim))
+        marks.append(("properties hold CLUSTER (added by the broker)", ALL_ERAS - client_verbatim) if any(b"CLUSTER\x01" in r.properties for r in with_props)
+                     else ("properties without CLUSTER (the client's string as sent)", client_verbatim))
     return marks
 
 
 def _file_marks(store: "Store") -> list[tuple[str, frozenset]]:
     """The files and checkpoint fields only some eras write (§6.1-§6.4, §8.1, §8.2)."""
-    five = eras_between("E13", "E18")
-    root = store.root
-    marks = []
+    five, root, marks = eras_between("E13", "E18"), store.root, []
     if store.abort is not None and not store.abort.unusable and not store.abort.device:
         if store.abort.pid is not None:
             marks.append((f"abort file holds a PID ({store.abort.pid})", five))
@@ -305,9 +298,7 @@ def _missing_file_marks(store: "Store") -> list[tuple[str, frozenset]]:
     """Every 5.x start leaves ``abort.bak`` (``MixAll.string2File``) and the timer store's wheel (§6.3, §8.1):
     a store with a ``lock`` file but neither is older. Every 5.x start also writes its PID into the abort
     file: an empty one is older, or was emptied (a cut file), so it weighs no more than a missing file."""
-    root = store.root
-    marks = []
-    abort = store.abort
+    root, abort, marks = store.root, store.abort, []
     if abort is not None and not abort.unusable and not abort.device and abort.pid is None and not abort.content.strip():
         marks.append(("the abort file is empty", ALL_ERAS - eras_between("E13", "E18")))
     if (root / "lock").is_file() and not (root / ABORT_BACKUP_FILE).exists() and not (root / "timerwheel").exists():
