@@ -52,8 +52,7 @@ def makedirs(path: Path, *, synced: set[Path] | None = None, like_parent: bool =
     """``mkdir -p`` that fsyncs the parent of every directory it creates (or, given ``synced``,
     adds those parents to it for the caller to fsync once); returns them, deepest first.
     ``like_parent``: each takes its parent's owner and mode (a store folder the broker writes in)."""
-    missing = []
-    p = Path(path)
+    missing, p = [], Path(path)
     while not p.exists():
         missing.append(p)
         p = p.parent
@@ -61,10 +60,7 @@ def makedirs(path: Path, *, synced: set[Path] | None = None, like_parent: bool =
         d.mkdir(exist_ok=True)
         if like_parent and set_owner(d, owner_of(d.parent)):
             fsync_path(d)
-        if synced is None:
-            fsync_dir(d.parent)
-        else:
-            synced.add(d.parent)
+        fsync_dir(d.parent) if synced is None else synced.add(d.parent)
     return missing
 
 
@@ -261,10 +257,7 @@ def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None, copie
             copy_sparse(src, tmp, copied)
             how = "copy"
         os.replace(tmp, dst)
-    if synced is None:
-        fsync_dir(dst.parent)
-    else:
-        synced.add(dst.parent)
+    fsync_dir(dst.parent) if synced is None else synced.add(dst.parent)
     return how
 
 
@@ -301,9 +294,8 @@ def _overwrite(path: Path, start: int, end: int, piece: Callable[[int, int], byt
     """Overwrite ``[start, end)`` in place, ``piece(pos, n)`` giving the (up to CHUNK) bytes at ``pos``, then fsync."""
     fd = os.open(path, os.O_WRONLY)
     try:
-        pos = start
-        while pos < end:
-            pos += os.pwrite(fd, piece(pos, min(CHUNK, end - pos)), pos)
+        for pos in range(start, end, CHUNK):
+            pwrite_all(fd, piece(pos, min(CHUNK, end - pos)), pos)
         os.fsync(fd)
     finally:
         os.close(fd)
