@@ -176,19 +176,15 @@ def _looked_up_rows(store: Store, match: MessageFilter, offsets: list[int], star
     """The records at the index's offsets that pass the filters (a hash collision or another
     topic's key fails them), in commit log order, none past the end the broker's next start gives the log
     (``nextstart.ends_before``, one walk up to the furthest, as ``query key``: the restarted broker serves nothing there)."""
-    from ..store.lookup import past_end_error
+    from ..store.lookup import past_end_error, read_message
     from ..store.nextstart import ends_before
 
     rows = []
     for offset in offsets:
-        if (start is not None and offset < start) or (stop is not None and offset >= stop):
-            continue
-        try:
-            record = store.commitlog.read_record(offset)
-        except (FormatError, LookupError):
-            continue  # the index outlives expired segments
-        if isinstance(record, CommitLogRecord):
-            rows.append(message_of(store, record, body, decompress))
+        if (start is None or offset >= start) and (stop is None or offset < stop):
+            record, _ = read_message(store, offset)  # None: the index outlives expired segments
+            if record is not None:
+                rows.append(message_of(store, record, body, decompress))
     rows = _matching(rows, match)
     cuts = ends_before(store, [(r["offset"], r["size"]) for r in rows])
     if (gone := [c for c in cuts if c is not None]):
