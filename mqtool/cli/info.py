@@ -107,14 +107,12 @@ def _print_queues(console: Screen, doc: dict[str, Any], unread) -> None:
     title = "Topics (from the commit log)" if unread else "Topics (from the commit log: no consume queues)" if from_log else "Topics"
     rows = [(t["messages"], t["queues"], name) for name, t in doc["topics"].items()]
     console.print(titled_table(title, ("messages", "queues", "topic"), rows=rows))  # topic last: a long one runs past the edge
-    if doc["queues"]:
-        rows = [[q[k] for k in ("queue_id", "min_offset", "max_offset", "messages", "files", "topic")] for q in doc["queues"]]
-        console.print(titled_table("Consume queues", ("queue", "min", "max", "messages", "files", "topic"), rows=rows))
-    elif not unread:
-        console.print(kv_table("Consume queues", [("consumequeue/", "MISSING or empty: no queue files")]))
-    if doc.get("batch_queues"):
-        rows = [[q[k] for k in ("queue_id", "min_offset", "max_offset", "messages", "units", "files", "topic")] for q in doc["batch_queues"]]
-        console.print(titled_table("Batch consume queues", ("queue", "min", "max", "messages", "units", "files", "topic"), rows=rows))
+    for part, title, counts in (("queues", "Consume queues", ("files",)), ("batch_queues", "Batch consume queues", ("units", "files"))):
+        if doc.get(part):
+            rows = [[q[k] for k in ("queue_id", "min_offset", "max_offset", "messages", *counts, "topic")] for q in doc[part]]
+            console.print(titled_table(title, ("queue", "min", "max", "messages", *counts, "topic"), rows=rows))
+        elif part == "queues" and not unread:
+            console.print(kv_table("Consume queues", [("consumequeue/", "MISSING or empty: no queue files")]))
 
 
 def commitlog_topics(store: Store) -> dict[str, dict[str, int]]:
