@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..formats.dispatch import SCHEDULE_TOPIC
+from ..formats.timer import TIMER_TOPIC  # 5.x timer messages wait there (TimerMessageStore)
 from ..store import Store
 from ..store import fastscan as fs
 from ..store.dledgerstart import loose_walk
@@ -28,7 +29,6 @@ from ._stats import EXACT_BITS as _EXACT_BITS, SUB_BITS
 HOUR_MS = 3_600_000
 PERIODS = {"minute": 60_000, "hour": HOUR_MS, "day": 86_400_000}
 KEYS = ["topic", "queue_id", "period"]
-TIMER_TOPIC = "rmq_sys_wheel_timer"  # 5.x timer messages wait here (TimerMessageStore)
 
 # (output column, work column, Arrow aggregation); merging applies the same kind again
 BASE_AGGREGATES = [
