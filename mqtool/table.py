@@ -156,10 +156,7 @@ class Table:
         unknown = [c for c in (*optional, *fold) if c not in self.names]
         if unknown:
             raise ValueError(f"optional or fold columns {unknown} are not columns of {self.names}")
-        self.title = title
-        self.optional = list(optional)
-        self.fold = list(fold)
-        self.header = header
+        self.title, self.optional, self.fold, self.header = title, list(optional), list(fold), header
         self.rows: list[list[str]] = []
 
     def add_row(self, *cells) -> None:
