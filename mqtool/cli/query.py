@@ -52,11 +52,7 @@ def _hit_rows(store: Store, found: list[lookup.Found], body: BodyEncoding) -> It
     for f in found:
         row: dict[str, Any] = {"source": f.source, "key_matches": f.key_matches, "index_file": f.index_file, "index_entry": f.index_entry,
                                "error": f.error, "timer_state": None, "delivery_time": None, "delivered_offset": None}
-        if f.record is not None:
-            row.update(message_of(store, f.record, body))
-        else:
-            row["offset"] = f.offset
-        yield row
+        yield {**row, **(message_of(store, f.record, body) if f.record is not None else {"offset": f.offset})}
 
 
 def _waiting_timer_messages(store: Store, topic: str, key: str, kind: str, max_hits, bounds) -> list[lookup.Found]:
@@ -284,15 +280,9 @@ def query_time(
         rng, offset = lookup.queue_range_and_offset_by_time(s, topic, queue, timestamp)
         if rng is None:
             note(f"no consume queue {topic}/{queue}: the broker answers 0")
-        row: dict[str, Any] = {
-            "topic": topic,
-            "queue_id": queue,
-            "timestamp": timestamp,
-            "queue_offset": offset,
-            "rule": "5.x BoundaryType.LOWER" if s.rules.v5 else "4.x nearest",
-            "queue_min_offset": rng.min_offset if rng else None,
-            "queue_max_offset": rng.max_offset if rng else None,
-        }
+        row: dict[str, Any] = {"topic": topic, "queue_id": queue, "timestamp": timestamp, "queue_offset": offset,
+                               "rule": "5.x BoundaryType.LOWER" if s.rules.v5 else "4.x nearest",
+                               "queue_min_offset": rng.min_offset if rng else None, "queue_max_offset": rng.max_offset if rng else None}
         entry = s.consume_queue(topic, queue).read_entry(offset) if rng and offset < rng.max_offset else None
         if entry is not None and entry.is_valid and not entry.is_filler:
             row["message_offset"] = entry.phys_offset
