@@ -165,10 +165,7 @@ class SplitScan:
     record starting at or after ``end``."""
 
     def __init__(self, split: Split, *, check_crc: bool = True, window: int = WINDOW, batch: int = 1 << 15):
-        self.split = split
-        self.check_crc = check_crc
-        self.window = window
-        self.batch = batch
+        self.split, self.check_crc, self.window, self.batch = split, check_crc, window, batch
         self.first: int | None = None  # absolute offset of the first record read
         self.exit: int | None = None  # absolute offset just after the last record read
         self.records = 0
