@@ -383,9 +383,7 @@ def checkpoint_doc(path: Path) -> dict:
             note(f"{path}: {mf.size} bytes; the broker maps 4096")
         cp = decode_checkpoint(mf.buf)
     doc = cp._asdict()
-    doc.update({f"{k}_iso": iso_ms(v) for k, v in cp._asdict().items() if k.endswith("timestamp")})
-    doc["min_timestamp"] = cp.min_timestamp
-    return doc
+    return {**doc, **{f"{k}_iso": iso_ms(v) for k, v in doc.items() if k.endswith("timestamp")}, "min_timestamp": cp.min_timestamp}
 
 
 def _render_checkpoint(console, doc) -> None:
