@@ -200,9 +200,8 @@ _COUNT_INIT, _COUNT_OPS = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int6
 
 def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int], None] | None = None, batch: int = WALK_BATCH, read_on=None) -> StoreStats:
     """One pass over the store's records (the broker's recovery scan; a bad body CRC counted and read past, as ``dump``
-    and Spark's splits read it) into ``StoreStats``; where the walk
-    ends, ``read_on(end)`` may give the offset it goes on from (damage the broker never reads), after the record inside a
-    DLedger entry whose header alone is broken (``loose_walk``)."""
+    and Spark's splits read it) into ``StoreStats``; where the walk ends, ``read_on(end)`` may give the offset it goes on
+    from (damage the broker never reads), after the record inside a DLedger entry whose header alone is broken (``loose_walk``)."""
     records, start = 0, store.commitlog.min_offset
     topics: dict[int, str] = {}
     groups = GroupTable()

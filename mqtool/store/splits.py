@@ -218,8 +218,8 @@ class SplitScan:
         resynchronisation (``find_split_start``: ``found``) passed it, the split before stops there, and the
         entry's header alone is broken, its broker keeping it (``resume``) and serving the record inside (``_loose``,
         ``dledgerstart.record_in_broken_entry``). This split owns it and reads on from it as ``mqtool dump`` does; else
-        ``found``. An entry there whose broker does not keep it (past a cut) is
-        no entry start: this split begins at ``found`` and ``check_splits`` reads the damage before it as dump does."""
+        ``found``. An entry there whose broker does not keep it (past a cut) is no entry start: this split begins at
+        ``found`` and ``check_splits`` reads the damage before it as dump does."""
         from .dledgerstart import record_in_broken_entry, served_entry_after
 
         split, base = self.split, self.split.base_offset
