@@ -53,11 +53,8 @@ class Screen:
     """What a document renderer prints to: ``Table`` objects laid out to the width, text wrapped at spaces."""
 
     def __init__(self, out):
-        self.out = terminal.data_stream(out)
-        self.width = terminal.width()
-        self.color = terminal.color(out)
-        self._console = None
-        self.printed = False
+        self.out, self.width, self.color = terminal.data_stream(out), terminal.width(), terminal.color(out)
+        self._console, self.printed = None, False
 
     @property
     def console(self):
