@@ -193,19 +193,14 @@ def msg_id_past_end(msg_id: str, inputs: Sequence[BrokerInput], config: StoreCon
     """Per broker whose record at ``--msg-id``'s offset has that msg id but lies past the end its next start
     gives the log (``nextstart.end_before``: the restarted broker serves nothing there), ``mqtool dump --msg-id``'s
     words for it: that split's rows are dropped, as ``dump`` prints no such record."""
-    from ..formats.commitlog import CommitLogRecord
-    from ..formats.errors import FormatError
-    from ..store.lookup import past_end_error
+    from ..store.lookup import past_end_error, read_message
     from ..store.nextstart import end_before
 
     offset, found = msg_id_offset(msg_id), {}
     for b in inputs:
         with broker_store(b, config) as store:
-            try:
-                record = store.commitlog.read_record(offset)
-            except (FormatError, LookupError):
-                continue
-            if isinstance(record, CommitLogRecord) and record.msg_id == msg_id.upper() and (cut := end_before(store, record.offset, record.total_size)) is not None:
+            record, _ = read_message(store, offset)
+            if record is not None and record.msg_id == msg_id.upper() and (cut := end_before(store, record.offset, record.total_size)) is not None:
                 found[b.broker] = f"no message at offset {offset} of --msg-id: {past_end_error(cut)}"
     return found
 
