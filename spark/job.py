@@ -53,6 +53,8 @@ PYARROW_CODECS = {"snappy": "snappy", "gzip": "gzip", "zstd": "zstd", "lz4_raw":
 # and the part files' extension, as Spark's writer names them (parquet-java's ``CompressionCodecName``)
 PART_EXTENSIONS = {"snappy": ".snappy", "gzip": ".gz", "zstd": ".zstd", "lz4_raw": ".lz4raw", "brotli": ".br"}
 PRINT_ROWS = 200
+# the options that choose records (in the order of JobOptions' fields), which --mode verify refuses: it checks every record
+SCAN_OPTIONS = ("topic", "queue", "key", "tag", "since", "until", "uniq-key", "msg-id", "from-offset", "to-offset", "split-size")
 SplitKey = tuple[str, int]  # (broker, split_start): a split of the scan
 
 
@@ -634,13 +636,8 @@ def prepare(o: JobOptions) -> list[BrokerInput]:
     for flag, value, allowed in (("--mode", o.mode, MODES), ("--format", o.format, FORMATS), ("--writer", o.writer, WRITERS)):
         if value not in allowed:
             raise UsageError(f"{flag} {value!r}: expected one of {', '.join(allowed)}")
-    if o.mode == "verify":
-        options = (("--topic", o.topics), ("--queue", o.queue), ("--key", o.key), ("--tag", o.tag), ("--since", o.since),
-                   ("--until", o.until), ("--uniq-key", o.uniq_key), ("--msg-id", o.msg_id), ("--from-offset", o.from_offset),
-                   ("--to-offset", o.to_offset), ("--split-size", o.split_size))
-        given = [name for name, value in options if value not in (None, [])]
-        if given:
-            raise UsageError(f"{', '.join(given)}: --mode verify checks whole segments, every record")
+    if o.mode == "verify" and (given := [f"--{n}" for n in SCAN_OPTIONS if getattr(o, "topics" if n == "topic" else n.replace("-", "_")) not in (None, [])]):
+        raise UsageError(f"{', '.join(given)}: --mode verify checks whole segments, every record")
     if o.split_size:
         parse_size(o.split_size)
     if o.queue is not None and o.queue < 0:
