@@ -131,9 +131,7 @@ class Scan:
     """The resolved inputs of one run, their split plan, and DataFrames over them."""
 
     def __init__(self, spark: SparkSession, o: JobOptions, inputs: list[BrokerInput]):
-        self.spark = spark
-        self.o = o
-        self.inputs = inputs
+        self.spark, self.o, self.inputs = spark, o, inputs
         largest = max((s.size for b in inputs for s in b.segments), default=0)
         size = parse_size(o.split_size) if o.split_size else auto_split_size(sum(b.bytes for b in inputs), spark.sparkContext.defaultParallelism)
         self.split_size = None if size >= largest else size
@@ -163,8 +161,7 @@ class Scan:
         skipped: dict[SplitKey, list[int]] = {}
         for e in edges:
             b = rows.setdefault((e["broker"], e["split_start"]), [e["offset"], e["offset"] + e["size"]])
-            b[0] = min(b[0], e["offset"])
-            b[1] = max(b[1], e["offset"] + e["size"])
+            b[:] = min(b[0], e["offset"]), max(b[1], e["offset"] + e["size"])
             if e["split_skipped"]:
                 skipped[(e["broker"], e["split_start"])] = e["split_skipped"]
         results = {key: self.tasks[self.partition[key]].result_of_rows(*b) for key, b in rows.items()}
@@ -238,14 +235,12 @@ class Output:
     """The output directory (any Hadoop file system path: local, hdfs://, s3a://...)."""
 
     def __init__(self, spark: SparkSession, root: str, fmt: str):
-        self.spark = spark
+        self.spark, self.fmt = spark, fmt
         self.local = "://" not in root  # a path (on a mount every executor shares, on a cluster)
         self.root = os.path.abspath(root) if self.local else root.rstrip("/")
-        self.fmt = fmt
         self.codec_name = spark.conf.get("spark.sql.parquet.compression.codec", "snappy").lower()
         self.codec = PYARROW_CODECS.get(self.codec_name)  # None: pyarrow cannot write it
-        jvm = spark.sparkContext._jvm
-        self._Path = jvm.org.apache.hadoop.fs.Path
+        self._Path = spark.sparkContext._jvm.org.apache.hadoop.fs.Path
         self.fs = self._Path(self.root).getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
 
     def path(self, name: str) -> str:
@@ -254,12 +249,9 @@ class Output:
     def write(self, df: DataFrame, name: str, *, single: bool = False, order: Sequence[str] = ()) -> str:
         """Write ``df`` as ``name`` (``single``: one file, sorted by ``order``)."""
         if single:
-            df = df.coalesce(1)
-            if order:
-                df = df.sortWithinPartitions(*order)
+            df = df.coalesce(1).sortWithinPartitions(*order) if order else df.coalesce(1)
         if self.fmt == "csv":
-            complex_types = ("map", "array", "struct")
-            df = df.select(*[F.to_json(F.col(f.name)).alias(f.name) if f.dataType.typeName() in complex_types else F.col(f.name) for f in df.schema.fields])
+            df = df.select(*[F.to_json(F.col(f.name)).alias(f.name) if f.dataType.typeName() in ("map", "array", "struct") else F.col(f.name) for f in df.schema.fields])
             df.write.mode("overwrite").option("header", True).option("escape", '"').csv(self.path(name))  # RFC 4180 quotes
         elif self.fmt == "json":
             df.write.mode("overwrite").option("ignoreNullFields", False).json(self.path(name))
@@ -430,12 +422,8 @@ def run_stats(scan: Scan, out: Output) -> dict:
     return {**written, "messages": sum(r["messages"] for r in brokers_rows), "rejected": rejected}
 
 
-BROKER_COLUMNS = (
-    ("broker", "string"),
-    *((name, "int") for name in ("segments", "splits", "rejected_splits")),
-    *((name, "bigint") for name in ("min_offset", "max_offset", "messages", "bytes", "crc_failures",
-                                     "first_store_timestamp", "last_store_timestamp")),
-)
+BROKER_COLUMNS = (("broker", "string"), *((name, "int") for name in ("segments", "splits", "rejected_splits")),
+                  *((name, "bigint") for name in ("min_offset", "max_offset", "messages", "bytes", "crc_failures", "first_store_timestamp", "last_store_timestamp")))
 # printed: the optional columns least important first (and a queue's topic last: a long one runs past the edge)
 BROKER_PRINT = [name for name, _ in BROKER_COLUMNS]
 BROKER_PRINT_OPTIONAL = ["first_store_timestamp", "last_store_timestamp", "segments"]
@@ -453,20 +441,12 @@ def broker_rows(scan: Scan, totals: dict[str, dict], splits, rejected) -> list[d
             ends[s["broker"]] = max(ends.get(s["broker"], 0), s["exit_offset"])
     rows = []
     for b in scan.inputs:
-        min_offset = b.segments[0].base_offset if b.segments else 0
-        t = totals.get(b.broker, {})
-        rows.append(
-            {
-                "broker": b.broker,
-                "segments": len(b.segments),
-                "splits": sum(1 for task in scan.tasks if task.broker == b.broker),
-                "rejected_splits": sum(1 for _, r in rejected if r.segment[0] == b.broker),
-                "min_offset": min_offset,
-                "max_offset": _past_blank(b, ends.get(b.broker, min_offset)),
-                **{k: t.get(k) or 0 for k in ("messages", "bytes", "crc_failures")},
-                **{k: t.get(k) for k in ("first_store_timestamp", "last_store_timestamp")},
-            }
-        )
+        min_offset, t = b.segments[0].base_offset if b.segments else 0, totals.get(b.broker, {})
+        rows.append({"broker": b.broker, "segments": len(b.segments), "splits": sum(1 for task in scan.tasks if task.broker == b.broker),
+                     "rejected_splits": sum(1 for _, r in rejected if r.segment[0] == b.broker),
+                     "min_offset": min_offset, "max_offset": _past_blank(b, ends.get(b.broker, min_offset)),
+                     **{k: t.get(k) or 0 for k in ("messages", "bytes", "crc_failures")},
+                     **{k: t.get(k) for k in ("first_store_timestamp", "last_store_timestamp")}})
     return rows
 
 
@@ -558,26 +538,14 @@ def _cell(v) -> str:
 def report(scan: Scan, out: Output, mode: str, result: dict, elapsed: float) -> dict:
     rejected = result.pop("rejected")
     doc = {
-        "mode": mode,
-        "format": out.fmt,
-        "output": out.root,
-        "brokers": [
-            {"broker": b.broker, "paths": list(b.paths), "version": b.version, "segments": len(b.segments), "bytes": b.bytes}
-            for b in scan.inputs
-        ],
-        "split_size": scan.split_size,
-        "splits": len(scan.tasks),
-        "rejected_splits": [
-            {"broker": r.segment[0], "segment": r.segment[1], "split_start": r.start, "first_offset": r.first, "expected_offset": r.expected, "reason": r.reason, "partition": i}
-            for i, r in rejected
-        ],
-        "damage": [
-            {"broker": d.segment[0], "offset": d.end.offset, "reason": d.end.reason, "detail": d.end.detail, "resumed": d.resumed,
-             "message": line}
-            for d, line in damage_lines(scan)
-        ],
-        **result,
-        "elapsed_s": round(elapsed, 3),
+        "mode": mode, "format": out.fmt, "output": out.root,
+        "brokers": [{"broker": b.broker, "paths": list(b.paths), "version": b.version, "segments": len(b.segments), "bytes": b.bytes} for b in scan.inputs],
+        "split_size": scan.split_size, "splits": len(scan.tasks),
+        "rejected_splits": [{"broker": r.segment[0], "segment": r.segment[1], "split_start": r.start, "first_offset": r.first,
+                             "expected_offset": r.expected, "reason": r.reason, "partition": i} for i, r in rejected],
+        "damage": [{"broker": d.segment[0], "offset": d.end.offset, "reason": d.end.reason, "detail": d.end.detail, "resumed": d.resumed,
+                    "message": line} for d, line in damage_lines(scan)],
+        **result, "elapsed_s": round(elapsed, 3),
     }
     out.write_text("report.json", json.dumps(doc, indent=2) + "\n")
     for d in doc["damage"]:
@@ -617,12 +585,9 @@ def print_dropped(rejected: Sequence[dict]) -> None:
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in rejected:
         groups.setdefault((r["broker"], r["reason"]), []).append(r)
-    lines = []
-    for (broker, reason), splits in groups.items():
-        if len(splits) == 1:
-            lines.append(f"dropped split {broker}@{splits[0]['split_start']}: {reason}")
-        else:
-            lines.append(f"dropped {len(splits)} splits of {broker}, from {splits[0]['split_start']} to {splits[-1]['split_start']}: {reason}")
+    lines = [f"dropped split {broker}@{splits[0]['split_start']}: {reason}" if len(splits) == 1 else
+             f"dropped {len(splits)} splits of {broker}, from {splits[0]['split_start']} to {splits[-1]['split_start']}: {reason}"
+             for (broker, reason), splits in groups.items()]
     for line in lines[:DROPPED_LINES]:
         print(f"mqtool-scan: {line}", file=sys.stderr)
     if len(lines) > DROPPED_LINES:
@@ -689,9 +654,8 @@ def run(o: JobOptions, spark: SparkSession | None = None, inputs: list[BrokerInp
     for broker, why in scan.msg_id_past_end.items():
         print(f"mqtool-scan: {broker}: {why}", file=sys.stderr)
     for b in inputs:
-        if o.from_offset is not None and b.start is not None and b.segments:
-            if (moved := record_start_note(o.from_offset, b.start, b.segments[0].base_offset)) is not None:
-                print(f"mqtool-scan: {b.broker}: {moved}", file=sys.stderr)
+        if o.from_offset is not None and b.start is not None and b.segments and (moved := record_start_note(o.from_offset, b.start, b.segments[0].base_offset)):
+            print(f"mqtool-scan: {b.broker}: {moved}", file=sys.stderr)
     out = Output(spark, o.output, o.format)
     result = {"messages": run_messages, "stats": run_stats, "verify": run_verify}[o.mode](scan, out)
     doc = report(scan, out, o.mode, result, time.monotonic() - started)
