@@ -158,20 +158,9 @@ def heading(field: str, headers: dict[str, str] = HEADERS) -> str:
     return headers.get(field) or field.replace("_", " ")
 
 
-def emit_rows(
-    rows: Iterable[dict[str, Any]],
-    fmt: OutputFormat,
-    fields: Sequence[str],
-    table_columns: Sequence[str] | None = None,
-    *,
-    title: str | None = None,
-    optional: Sequence[str] = (),
-    fold: Sequence[str] = (),
-    headers: dict[str, str] | None = None,
-    asked_times: Sequence[str] = (),
-    out=None,
-    width: int | None = None,
-) -> int:
+def emit_rows(rows: Iterable[dict[str, Any]], fmt: OutputFormat, fields: Sequence[str], table_columns: Sequence[str] | None = None, *,
+              title: str | None = None, optional: Sequence[str] = (), fold: Sequence[str] = (), headers: dict[str, str] | None = None,
+              asked_times: Sequence[str] = (), out=None, width: int | None = None) -> int:
     """Stream ``rows`` in ``fmt``; returns how many were written. ``fields``: the CSV header and order;
     the table shows ``table_columns`` (default: all), ``optional`` ones dropped to fit, least important
     first; ``fold`` ones may break a long word rather than turn the table vertical; ``asked_times``: the time
