@@ -15,19 +15,8 @@ from ..formats.commitlog import CommitLogRecord
 from ..formats.errors import FormatError
 from ..formats.hashing import index_key_hash
 from ..formats.index import index_key
-from ..store.records import (
-    BATCH_UNIT_FIELDS,
-    CONSUME_QUEUE_FIELDS,
-    DLEDGER_ENTRY_FIELDS,
-    INDEX_ENTRY_FIELDS,
-    MESSAGE_FIELDS,
-    BodyEncoding,
-    batch_unit_dict,
-    consume_queue_dict,
-    dledger_entry_dict,
-    index_entry_dict,
-    parse_time,
-)
+from ..store.records import BATCH_UNIT_FIELDS, CONSUME_QUEUE_FIELDS, DLEDGER_ENTRY_FIELDS, INDEX_ENTRY_FIELDS, MESSAGE_FIELDS, BodyEncoding
+from ..store.records import batch_unit_dict, consume_queue_dict, dledger_entry_dict, index_entry_dict, parse_time
 from ..store import IndexFile, ScanEnd, Store
 from ..store.commitlog import StopReason
 from ..store.consumequeue import discover_queues, infer_queue_file_size
