@@ -297,17 +297,11 @@ def queue_rows(stats: StoreStats, topics: Iterable[str] | None = None) -> list[d
             continue
         v = {out: r[f"{out}_{op}"] for out, op in sums}
         messages = v["messages"]
-        v.update({
-            "row": "queue",
-            "topic": topic,
-            "queue_id": r["queue_id"],
-            "first_store_time": _iso(v["first_store_timestamp"]),
-            "last_store_time": _iso(v["last_store_timestamp"]),
-            "delay_median_ms": min(max(medians[r["topic"], r["queue_id"]], v["delay_min_ms"]), v["delay_max_ms"]),
-            "delayed": messages if topic in (SCHEDULE_TOPIC, TIMER_TOPIC) else 0,
-            "retried": messages if topic.startswith("%RETRY%") else 0,
-            "dlq": messages if topic.startswith("%DLQ%") else 0,
-        })
+        v.update({"row": "queue", "topic": topic, "queue_id": r["queue_id"], "first_store_time": _iso(v["first_store_timestamp"]),
+                  "last_store_time": _iso(v["last_store_timestamp"]),
+                  "delay_median_ms": min(max(medians[r["topic"], r["queue_id"]], v["delay_min_ms"]), v["delay_max_ms"]),
+                  "delayed": messages if topic in (SCHEDULE_TOPIC, TIMER_TOPIC) else 0,
+                  "retried": messages if topic.startswith("%RETRY%") else 0, "dlq": messages if topic.startswith("%DLQ%") else 0})
         rows.append({k: v[k] for k in QUEUE_FIELDS})
     rows.sort(key=lambda r: (r["topic"], r["queue_id"]))
     return rows
