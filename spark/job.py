@@ -326,10 +326,8 @@ def run_messages(scan: Scan, out: Output) -> dict:
     codec pyarrow has), else by Spark's writer, which turns the Arrow batches into rows and encodes
     them again in the JVM at more CPU than decoding them costs (BENCHMARKS.md)."""
     if scan.o.writer == "python" and not out.pyarrow_writes:
-        raise UsageError(
-            f"--writer python: needs --format parquet, an output path (a mount every executor shares; not a URI) and a "
-            f"codec pyarrow writes (spark.sql.parquet.compression.codec={out.codec_name})"
-        )
+        raise UsageError(f"--writer python: needs --format parquet, an output path (a mount every executor shares; not a URI) and a "
+                         f"codec pyarrow writes (spark.sql.parquet.compression.codec={out.codec_name})")
     if scan.o.writer != "spark" and out.pyarrow_writes:
         return run_messages_in_tasks(scan, out)
     obs, edge = Observation("mqtool-messages"), F.struct("broker", "split_start", "offset", "size", "split_skipped")

@@ -118,10 +118,8 @@ def check_first_record(store: "Store") -> None:
 
         if scan_start(store.commitlog, segment.base_offset) != segment.base_offset:
             return
-        raise UnknownStoreVersion(
-            f"{segment.path}: first record is not a RocketMQ message ({reason}) and no valid record follows; "
-            "a DLedger store is read from its store directory (dledger-<id>/data/), not from its data files"
-        )
+        raise UnknownStoreVersion(f"{segment.path}: first record is not a RocketMQ message ({reason}) and no valid record follows; "
+                                  "a DLedger store is read from its store directory (dledger-<id>/data/), not from its data files")
 
 
 def _config_marks(store: "Store") -> list[tuple[str, frozenset]]:
