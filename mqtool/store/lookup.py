@@ -181,9 +181,7 @@ class QueueRange(NamedTuple):
 def queue_range(store: Store, topic: str, queue_id: int) -> QueueRange | None:
     """``getMinOffsetInQueue`` / ``getMaxOffsetInQueue`` as loaded, or None without such a queue."""
     queue = store.consume_queue(topic, queue_id)
-    if not queue.files:
-        return None
-    return _range(store, queue, queue.recover())
+    return _range(store, queue, queue.recover()) if queue.files else None
 
 
 def _range(store: Store, queue, recovered) -> QueueRange:
