@@ -134,6 +134,18 @@ def test_bad_inputs(tmp_path):
     one_line_error(run("dump", store_path("4.9.7", "clean-small"), "--msg-id", "XYZ"), EXIT_USAGE)
 
 
+def test_dump_refuses_the_options_its_kind_does_not_use():
+    """Each KIND of `dump` takes its options (commitlog: every one but --follow); any other is a usage error, never ignored."""
+    store = store_path("4.9.7", "clean-small")
+    assert one_line_error(run("dump", store, "--follow"), EXIT_USAGE) == "mqtool: error: --follow does not apply to `dump commitlog`"
+    assert one_line_error(run("dump", "checkpoint", store, "--topic", "T", "--limit", "1"), EXIT_USAGE) == (
+        "mqtool: error: --limit, --topic do not apply to `dump checkpoint`")
+    every = ["--topic", "T", "--queue", "0", "--from-offset", "0", "--to-offset", "1", "--since", "0", "--until", "1", "--key", "k", "--tag", "t",
+             "--uniq-key", "u", "--keep-going", "--no-index", "--limit", "1", "--body", "hex", "--decompress", "--no-progress", "--broker-version", "4.9.7"]
+    result = run("dump", store, *every)
+    assert result.exit_code == 0 and "no message matches the filters" in result.stderr, result.output
+
+
 @pytest.mark.parametrize("before", [True, False])
 def test_debug_adds_the_traceback_and_keeps_the_line_and_the_exit_code(tmp_path, before):
     """README: errors are one line, `--debug` adds the traceback. Before: with --debug a documented error

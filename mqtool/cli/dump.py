@@ -45,9 +45,8 @@ TIMER_TABLE = ("timer_log_offset", "offset", "delivery_time", "real_queue_id", "
 TIMER_TABLE_OPTIONAL = ("timer_log_offset", "uniq_key", "delivery_time")
 # the delivery's queue and topic headed as `info`'s "Next timer deliveries" heads them (one line at 100 columns)
 TIMER_HEADERS = {"real_queue_id": "queue", "real_topic": "topic"}
-# the options each KIND uses; any other one given is a usage error, never silently ignored
+# the options each KIND uses (commitlog: every one but --follow); any other one given is a usage error, never silently ignored
 KIND_OPTIONS = {
-    "commitlog": {"--topic", "--queue", "--from-offset", "--to-offset", "--since", "--until", "--key", "--tag", "--msg-id", "--uniq-key", "--keep-going", "--no-index", "--limit", "--body", "--decompress", "--progress", "--broker-config", "--broker-version"},
     "consumequeue": {"--topic", "--queue", "--from-offset", "--to-offset", "--limit", "--follow", "--body"},
     "batchconsumequeue": {"--topic", "--queue", "--limit"},
     "index": {"--topic", "--key", "--limit", "--broker-config"},
@@ -383,7 +382,7 @@ def _render_checkpoint(console, doc) -> None:
 def check_options(kind: str, given: dict[str, object]) -> None:
     """Refuse, as usage errors, the options ``kind`` does not use and contradictory ones."""
     used = {name for name, value in given.items() if not (value is None or value is False or value == [] or value is BodyEncoding.none)}
-    extra = sorted(used - KIND_OPTIONS[kind])
+    extra = sorted(used - (set(given) - {"--follow"} if kind == "commitlog" else KIND_OPTIONS[kind]))
     if extra:
         raise UsageError(f"{', '.join(extra)} do{'es' if len(extra) == 1 else ''} not apply to `dump {kind}`")
     if "--decompress" in used and "--body" not in used:
