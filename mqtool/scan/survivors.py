@@ -337,13 +337,11 @@ class SurvivorSearch:
         missing = (MISSING, None, None, None, None, None, 0, None)
         for c in self.chunks():
             found = c.found.tolist()  # false: missing (no hit, so no topic to look up)
-            offset, queue_id, queue_offset, store_ts = (c.__dict__[k].tolist() for k in ("offset", "queue_id", "queue_offset", "store_timestamp"))
             topic = [self.topics[t] if f else None for t, f in zip(c.topic.tolist(), found)]
-            names = [STATUSES[k] for k in c.code.tolist()]
-            n_copies, ok = c.copies.tolist(), c.consumable.tolist()
-            for i, id_ in enumerate(c.ids):
-                row = (names[i], offset[i], topic[i], queue_id[i], queue_offset[i], store_ts[i], n_copies[i], ok[i])
-                yield dict(zip(ROW_FIELDS, (id_, *(row if found[i] else missing))))
+            columns = zip([STATUSES[k] for k in c.code.tolist()], c.offset.tolist(), topic,
+                          *(c.__dict__[k].tolist() for k in ("queue_id", "queue_offset", "store_timestamp", "copies", "consumable")))
+            for id_, f, row in zip(c.ids, found, columns):
+                yield dict(zip(ROW_FIELDS, (id_, *(row if f else missing))))
 
     def chunks(self, chunk: int = 65536) -> Iterator[SurvivorChunk]:
         """Search, then return the rows as columns, ``chunk`` ids at a time, in input order
