@@ -127,7 +127,7 @@ def test_batch_and_ext_units_are_symmetric():
 
 
 def test_compiled_java_hash_equals_java_string_hash_at_every_length_and_alignment():
-    """``textscan.java_hash_utf8`` (eight, then four ASCII bytes at a time, then byte by byte)
+    """``textscan.java_hash_utf8`` (four ASCII bytes at a time, then byte by byte)
     equals ``java_string_hash`` for ASCII, 2-, 3- and 4-byte UTF-8 at every position, and
     composes; ASCII runs of every length at every alignment, the highest ASCII bytes among them."""
     import numpy as np

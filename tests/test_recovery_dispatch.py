@@ -158,7 +158,7 @@ def _hash_inner(buf):
     ["", "T", "Ta", "TagA", "TagAB", "A1D990BC856629E4C99D4FA1BE000000", "k000000080", "ü", "aü", "abü", "Tópico-主题-тема", "x😀", "😀y", "ab" * 300 + "é"],
 )
 def test_hash_of_a_value_equals_java_string_hash(text):
-    """``java_hash_utf8`` as dispatch calls it (eight or four ASCII bytes a step, then byte by byte): Java's
+    """``java_hash_utf8`` as dispatch calls it (four ASCII bytes a step, then byte by byte): Java's
     hash and UTF-16 length of a value between property separators."""
     raw = np.frombuffer(b"\x01" + text.encode("utf-8") + b"\x02", dtype=np.uint8)
     h, units, ok = _hash_inner(raw)

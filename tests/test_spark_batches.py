@@ -270,7 +270,7 @@ def test_java_hash_kernel_equals_string_hash_code(texts):
 
 
 def test_java_hash_kernel_over_ascii_runs_of_every_length_and_a_wide_character_anywhere():
-    """The kernel hashes eight or four ASCII bytes a step, others one character at a time: every run length
+    """The kernel hashes four ASCII bytes a step, others one character at a time: every run length
     up to 40, with a two-, three- and four-byte character at every place, equals ``String.hashCode``."""
     texts = ["".join(chr(33 + (7 * i + n) % 94) for i in range(n)) for n in range(41)]
     texts += [t[:k] + wide + t[k:] for t in texts[::5] for k in range(len(t) + 1) for wide in ("é", "主", "𝄞")]

@@ -149,7 +149,9 @@ cdef inline bint index_keys(const uint8_t* buf, Py_ssize_t uniq_s, Py_ssize_t un
     if keys_s >= 0:
         s = keys_s
         while s <= keys_e:
-            e = find_byte(buf, s, keys_e, 32)
+            e = s
+            while e < keys_e and buf[e] != 32:
+                e += 1
             if e > s:
                 run = java_hash_utf8(buf, s, e, 0)
                 ok = ok and run.ok

@@ -3,8 +3,7 @@
 # The broker's big-endian integers (``be32``, ``be64``, ``be_signed``, ``signed32``: Java's
 # ``ByteBuffer.getInt``/``getLong``), ``load8`` (the eight bytes at any position as one native
 # uint64), the SWAR tests on such a word (``has_byte_below``, ``has_byte``, ``find_byte``:
-# scans that skip a word at a time where no byte they look for can be; ``find_byte`` sixteen bytes
-# at a time first where the compiler targets SSE2, as on every x86-64),
+# scans that skip a word at a time where no byte they look for can be),
 # ``copy_bytes``/``copy_words`` (short spans into an output buffer) and ``prefetch_w``/``prefetch_r``.
 # All take a raw pointer and a position: callers own the bounds, nothing is checked. GCC and Clang
 # builtins (the byte swaps, the prefetches).
@@ -32,22 +31,6 @@ cdef extern from *:
     #define MQ_HIGH 0x8080808080808080ULL
     #define mq_prefetch_w(p) __builtin_prefetch((p), 1, 3)
     #define mq_prefetch_r(p) __builtin_prefetch((p), 0, 3)
-    #if defined(__SSE2__)
-    #include <emmintrin.h>
-    /* Moves *p over the whole 16-byte blocks of [*p, end) without byte b; 1 if one has it (*p: where). */
-    static inline int mq_find16(const uint8_t *buf, Py_ssize_t *p, Py_ssize_t end, uint8_t b) {
-        const __m128i needle = _mm_set1_epi8((char)b);
-        Py_ssize_t q = *p;
-        for (; q + 16 <= end; q += 16) {
-            int m = _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_loadu_si128((const __m128i *)(buf + q)), needle));
-            if (m) { *p = q + __builtin_ctz(m); return 1; }
-        }
-        *p = q;
-        return 0;
-    }
-    #else
-    static inline int mq_find16(const uint8_t *buf, Py_ssize_t *p, Py_ssize_t end, uint8_t b) { return 0; }
-    #endif
     """
     bint MQ_LITTLE_ENDIAN  # load8's first byte is its least significant one
     uint64_t ONES "MQ_ONES"
@@ -59,7 +42,6 @@ cdef extern from *:
     void mq_prefetch_w(const void* p) noexcept nogil
     void mq_prefetch_r(const void* p) noexcept nogil
     int mq_lowest_marked(uint64_t m) noexcept nogil  # the least significant byte whose high bit is set (m != 0)
-    bint mq_find16(const uint8_t* buf, Py_ssize_t* p, Py_ssize_t end, uint8_t b) noexcept nogil  # SSE2's 16-byte blocks (none without it)
 
 cdef enum:
     WORD_LOOP = 64  # copy_words: longer spans go to memcpy
@@ -114,13 +96,10 @@ cdef inline bint has_byte(uint64_t x, uint8_t b) noexcept nogil:
 
 
 cdef inline Py_ssize_t find_byte(const uint8_t* buf, Py_ssize_t p, Py_ssize_t end, uint8_t b) noexcept nogil:
-    """The first position in ``[p, end)`` whose byte is ``b``, else ``end``: sixteen bytes at a
-    time where SSE2 is (``mq_find16``), then a word at a time, the byte found in its word by its
-    lowest mark (exact, as in ``has_byte_below``; on a big-endian machine the word's first byte is
-    its highest, so the bytes are tried in turn)."""
+    """The first position in ``[p, end)`` whose byte is ``b``, else ``end``: a word at a time,
+    the byte found in its word by its lowest mark (exact, as in ``has_byte_below``; on a
+    big-endian machine the word's first byte is its highest, so the bytes are tried in turn)."""
     cdef uint64_t x, marks
-    if mq_find16(buf, &p, end, b):
-        return p
     while p + 8 <= end:
         x = load8(buf, p) ^ (ONES * b)
         marks = (x - ONES) & ~x & HIGH

@@ -10,10 +10,9 @@
 # Tests hold them equal to ``formats.hashing.java_string_hash`` and
 # ``formats.properties.parse_properties`` on every fixture record.
 
-from libc.stdint cimport int64_t, uint8_t, uint64_t
-from libc.string cimport memcmp
+from libc.stdint cimport int64_t, uint8_t
 
-from mqtool.store._bytes cimport HIGH, MQ_LITTLE_ENDIAN, find_byte, load8
+from mqtool.store._bytes cimport find_byte
 
 cdef struct HashRun:
     int64_t h  # the unsigned 32-bit state after the units read
@@ -62,25 +61,13 @@ cdef inline Py_ssize_t utf8_sequence(const uint8_t* buf, Py_ssize_t p, Py_ssize_
 
 cdef inline HashRun java_hash_utf8(const uint8_t* buf, Py_ssize_t start, Py_ssize_t end, int64_t h) noexcept nogil:
     """Continue Java ``String.hashCode`` (unsigned 32-bit state ``h``) over the UTF-16 code units
-    of strict UTF-8 ``buf[start:end]``. Eight ASCII bytes are one step: ``h * 31**8`` plus their
-    own hash, summed in the lanes of one word (pairs ``31 * a + b`` in 16-bit lanes, then
-    ``961 * p + q`` in 32-bit lanes; no lane can carry into the next, each byte < 0x80)."""
+    of strict UTF-8 ``buf[start:end]``."""
     cdef HashRun run
     cdef Py_ssize_t i = start, n
     cdef int64_t cp, b0, b1, b2, b3
-    cdef uint64_t x
     run.units = 0
     run.ok = False
     while i < end:
-        if MQ_LITTLE_ENDIAN and i + 8 <= end:  # the word's first byte is its lowest
-            x = load8(buf, i)
-            if not (x & HIGH):
-                x = (x & <uint64_t>0x00FF00FF00FF00FF) * 31 + ((x >> 8) & <uint64_t>0x00FF00FF00FF00FF)
-                x = (x & <uint64_t>0x0000FFFF0000FFFF) * 961 + ((x >> 16) & <uint64_t>0x0000FFFF0000FFFF)
-                h = <int64_t>((<uint64_t>h * <uint64_t>2487512833 + (x & 0xFFFFFFFFULL) * 923521 + (x >> 32)) & 0xFFFFFFFFULL)  # 31**8, 31**4 mod 2**32
-                run.units += 8
-                i += 8
-                continue
         if i + 4 <= end:  # four ASCII bytes at once: h*31**4 + ..., a quarter of the multiply chain
             b0 = buf[i]
             b1 = buf[i + 1]
@@ -136,9 +123,14 @@ cdef inline Item property_item(const uint8_t* buf, Py_ssize_t i, Py_ssize_t j, b
 
 
 cdef inline bint span_is(const uint8_t* buf, Py_ssize_t start, Py_ssize_t end, const uint8_t* word, Py_ssize_t n) noexcept nogil:
-    """``buf[start:end]`` equals the ``n`` bytes of ``word`` (``memcmp``: a constant ``n``, once
-    inlined, is compared a word at a time)."""
-    return end - start == n and memcmp(buf + start, word, n) == 0
+    """``buf[start:end]`` equals the ``n`` bytes of ``word``."""
+    cdef Py_ssize_t i
+    if end - start != n:
+        return False
+    for i in range(n):
+        if buf[start + i] != word[i]:
+            return False
+    return True
 
 
 cdef inline int64_t topic_slot(int64_t fingerprint, int64_t mask) noexcept nogil:
