@@ -924,3 +924,20 @@ def test_info_keeps_each_key_of_its_tables_on_one_line(tmp_path, monkeypatch, co
             assert line.startswith(" ") or re.match(r"\S.*?\S {2,}\S", line), (columns, title, line)
     keys = [line.split("  ")[0] for line in kv["Store"] if not line.startswith(" ")]
     assert keys == ["path", "broker version", "undecided", "evidence", "abort file", "lock file"], (columns, keys)
+
+
+def test_a_path_with_spaces_is_one_line_of_the_plan_and_backup_tables_at_60_columns(tmp_path):
+    """Before: at 60 columns the backup table's ``backup`` row read ``my`` and, on the next line,
+    ``store/.mqtool-backups/...``: two things. The store's and the backup's paths are shown quoted,
+    as typed in a shell, one word the tables never break."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "my store")
+    env = {**os.environ, "COLUMNS": "60"}
+    recover = mqtool("recover", str(store), "--yes", "--broker-version", "4.9.7", env=env)
+    assert recover.returncode == 0, recover.stderr
+    assert f"store           {shlex.quote(str(store))}\n" in recover.stdout
+    (backup,) = (tmp_path / "my store" / ".mqtool-backups").iterdir()
+    shown = mqtool("restore", str(backup), env=env)
+    assert f"backup            {shlex.quote(str(backup))}\n" in shown.stdout
+    assert f"store             {shlex.quote(str(store))}\n" in shown.stdout
+    info = mqtool("info", str(store), env=env)
+    assert f"path            {shlex.quote(str(store))}\n" in info.stdout

@@ -9,7 +9,7 @@ import typer
 
 from ..store import Store
 from ..store.summary import store_summary
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, open_store
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, open_store, shell_path
 from .output import OutputFormat, Screen, emit_document, iso_ms, kv_table, titled_table
 from .store_state import warn_store_state
 
@@ -75,7 +75,7 @@ def _store_table(doc: dict[str, Any], unread):
         lock = ("a directory (see verify)" if doc.get("lock_directory")
                 else "a FIFO, socket or device node" if doc.get("lock_special") else "absent")
     return kv_table("Store", [
-        ("path", doc["store"] or ", ".join((doc.get("commitlog") or {}).get("dirs") or ["-"])),
+        ("path", shell_path(doc["store"]) if doc["store"] else ", ".join(map(shell_path, (doc.get("commitlog") or {}).get("dirs") or ["-"]))),
         ("broker version", doc["version"]["label"]),
         *era_rows(doc["version"]),
         ("evidence", "; ".join(doc["version"]["evidence"])),

@@ -860,7 +860,7 @@ def render_plan(console: Screen, doc: dict) -> None:
     plan = Plan.from_dict(doc)
     mode = [("mode", plan.mode)] if plan.mode is not None else []  # a rebuild has no recovery mode
     version = f"{plan.broker_version} ({plan.version_source})"
-    console.print(kv_table(f"Plan: {plan.command}", [("store", plan.store), ("broker version", version), *mode]))
+    console.print(kv_table(f"Plan: {plan.command}", [("store", shell_path(plan.store)), ("broker version", version), *mode]))
     if plan.commitlog is not None:
         _render_commitlog(console, plan.commitlog, doc.get("next_start"))
     if plan.lost is not None and (plan.lost.count or plan.lost.other_bytes):
@@ -959,7 +959,7 @@ def render_repair(console: Screen, doc: dict) -> None:
 
     plan = RepairPlan.from_dict(doc)
     next_start = [("next start", doc["next_start"]["line"])] if doc.get("next_start") else []
-    console.print(kv_table("Plan: repair", [("store", plan.store), ("steps", len(plan.steps)), ("beyond the broker", sum(1 for s in plan.steps if s.beyond_broker)), *next_start]))
+    console.print(kv_table("Plan: repair", [("store", shell_path(plan.store)), ("steps", len(plan.steps)), ("beyond the broker", sum(1 for s in plan.steps if s.beyond_broker)), *next_start]))
     if plan.steps:
         shown = [", ".join(st.paths[:5]) + (f" and {len(st.paths) - 5} more" if len(st.paths) > 5 else "") for st in plan.steps]
         rows = [(i, st.step, "yes" if st.beyond_broker else "no", st.why, paths) for i, (st, paths) in enumerate(zip(plan.steps, shown), 1)]
@@ -984,7 +984,8 @@ def _render_stages(console: Screen, doc: dict) -> None:
 
 def render_backup(console: Screen, doc: dict) -> None:
     console.print(kv_table("Backup", [
-        *((key, doc[key]) for key in ("backup", "store", "command", "step", "complete") if key != "step" or doc["step"]),
+        ("backup", shell_path(doc["backup"])), ("store", shell_path(doc["store"])),  # quoted: a path with spaces is one word, never wrapped
+        *((key, doc[key]) for key in ("command", "step", "complete") if key != "step" or doc["step"]),
         ("restored", "no" if doc["restored_ms"] is None else f"yes, {iso_ms(doc['restored_ms'])}"),
         ("whole files", len(doc["files"])),
         ("byte ranges", len(doc["ranges"])),
