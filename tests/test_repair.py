@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shlex
 
 import pytest
 from conftest import ALL_VERSIONS, copy_store, manifest, recovered
@@ -204,8 +205,9 @@ def test_sound_store_has_nothing_to_repair(tmp_path):
 
 
 def _fits(line: str, width: int, long_words: set[str]) -> bool:
-    """A line fits the width, or only a long last word (a topic, never cut) runs past it."""
-    return len(line) <= width or (" " not in line[width:] and line.split()[-1] in long_words)
+    """A line fits the width, or only a long last word (a topic or a quoted path, never cut) runs past it."""
+    line = line.rstrip()
+    return len(line) <= width or any(line.endswith(word) and len(line) - len(word) < width for word in long_words)
 
 
 def test_repair_plan_table_at_100_columns_cuts_no_number(tmp_path, monkeypatch):
@@ -215,7 +217,7 @@ def test_repair_plan_table_at_100_columns_cuts_no_number(tmp_path, monkeypatch):
     out = io.StringIO()
     render_repair(Screen(out), doc)
     text = out.getvalue()
-    assert all(_fits(line, 100, {q["topic"] for q in doc["recover"]["queues"]}) for line in text.splitlines())
+    assert all(_fits(line, 100, {q["topic"] for q in doc["recover"]["queues"]} | {shlex.quote(doc["store"])}) for line in text.splitlines())
     flat = re.sub(r"\s+", "", text)
     for number in (doc["recover"]["commitlog"]["valid_end"], *(a["end"] for a in doc["recover"]["actions"] if a["end"])):
         assert str(number) in flat
@@ -226,7 +228,7 @@ def test_repair_plan_table_at_100_columns_cuts_no_number(tmp_path, monkeypatch):
     out = io.StringIO()
     render_plan(Screen(out), rec)
     text = out.getvalue()
-    assert all(_fits(line, 100, {q["topic"] for q in rec["queues"]}) for line in text.splitlines())
+    assert all(_fits(line, 100, {q["topic"] for q in rec["queues"]} | {shlex.quote(rec["store"])}) for line in text.splitlines())
     flat = re.sub(r"\s+", "", text)
     for e in rec["verify_after"]:
         assert e["kind"] in flat and (e["offset"] is None or str(e["offset"]) in flat)
