@@ -248,7 +248,7 @@ def test_numbered_directory_before_index_files_leaves_them_out_on_4_9_7(tmp_path
     code, out, findings = verified(root, "4.9.7")
     f = index_strays(findings)["index/1"]
     assert code == EXIT_FINDINGS and "refuses" not in out.split("\n")[0]
-    assert f["severity"] == "error" and "every later index file out" in f["message"]
+    assert f["severity"] == "error" and f"starts without the {len(files)} index file" in f["message"]
     (root / "index" / "1").rmdir()
     (root / "index" / "99999999999999999").mkdir()  # after them: the load ends there, nothing is left out
     code, _, findings = verified(root, "4.9.7")
@@ -1129,23 +1129,30 @@ def test_whether_the_start_creates_a_dangling_index_links_target_is_judged_for_t
     assert "load creates" not in json.loads(run("verify", root, "--broker-version", "5.3.3", "--format", "json").stdout)["summary"]["next_start"]["line"]
 
 
-@pytest.mark.parametrize("version, fixture, refuses", [("5.3.3", ("5.3.3", "crashed-small"), True), ("4.9.7", ("4.9.7", "crashed-small"), False)])
-def test_rebuild_index_says_the_start_still_refuses_on_an_index_entry_it_leaves(version, fixture, refuses, tmp_path):
-    """A dangling ``index/`` link into a folder that is not there: 5.1.0+ ``DefaultMessageStore.load`` refuses to start on
-    ``IndexService.load``'s false. Named as a file of its folder (20 digits: its bytes may be on a disk not mounted,
-    ``StrayEntry.unmounted``), ``rebuild-index`` leaves it, so the start still refuses after it; its plan said nothing of that
-    (4.9.7 leaves the later files out and starts: no note). Named by an index file's 17 digits, the rebuild moves it into the
-    backup (``test_rebuild_index_leaves_index_as_the_broker_loads_it``): no note."""
-    root = copy_store(*fixture, tmp_path)
+@pytest.mark.parametrize("version, refuses", [("5.3.3", True), ("4.9.7", False)])
+def test_rebuild_index_says_what_the_start_does_with_an_index_entry_it_leaves(version, refuses, tmp_path):
+    """A dangling ``index/`` link into a folder that is not there: ``IndexService.load``'s ``IOException`` ends the load
+    (unchanged 3.2.6-5.3.3); 5.1.0+ ``DefaultMessageStore.load`` refuses to start on its false, earlier releases ignore it
+    and start without the index files after it. Named as a file of its folder (20 digits: its bytes may be on a disk not
+    mounted, ``StrayEntry.unmounted``), ``rebuild-index`` leaves it, so the start still refuses after it, or does not load
+    the rebuilt file sorting after it: the plan says which, as verify does (4.9.7's said nothing). Named by an index file's
+    17 digits, the rebuild moves it into the backup (``test_rebuild_index_leaves_index_as_the_broker_loads_it``): no note."""
+    root = copy_store(version, "crashed-small", tmp_path)
     link = root / "index" / "00000000000000000000"
     os.symlink("/nonexistent/dir/00000000000000000000", link)
     plan = json.loads(run("rebuild-index", root, "--broker-version", version, "--format", "json").stdout)
-    said = [n for n in plan["notes"] if n.startswith("the broker's next start still refuses after this rebuild")]
-    assert len(said) == refuses and all("index/00000000000000000000: a dangling symlink" in n for n in said), plan["notes"]
-    assert "index/00000000000000000000" not in [a["path"] for a in plan["actions"]]
+    [created] = [f["name"] for f in plan["index"]["files"] if f["action"] == "create"]
+    assert created > "00000000000000000000" and "index/00000000000000000000" not in [a["path"] for a in plan["actions"]]
+    refused = [n for n in plan["notes"] if n.startswith("the broker's next start still refuses after this rebuild")]
+    left_out = [n for n in plan["notes"] if "starts without the 1 index file after it: its queries by key do not find their keys" in n]
+    assert len(refused) == refuses and len(left_out) == (not refuses), plan["notes"]
+    assert all("index/00000000000000000000: a dangling symlink" in n for n in refused + left_out)
+    [found] = [f for f in json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)["findings"]
+               if f["kind"] == "index-stray-entry"]
+    assert ("refuses to start" in found["message"]) == refuses and ("starts without the 1 index file after it" in found["message"]) == (not refuses)
     link.rename(root / "index" / "99999999999999999")
     plan = json.loads(run("rebuild-index", root, "--broker-version", version, "--format", "json").stdout)
-    assert not [n for n in plan["notes"] if n.startswith("the broker's next start still refuses")], plan["notes"]
+    assert not [n for n in plan["notes"] if "index/99999999999999999" in n], plan["notes"]
     assert [a["op"] for a in plan["actions"] if a["path"] == "index/99999999999999999"] == ["quarantine"]
 
 

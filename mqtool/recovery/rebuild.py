@@ -31,9 +31,10 @@ from .planparts import (
 )
 from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueuePlan
 from .queues import QueueSim
-from ..store.mappedfile import INDEX_SERVICE
+from ..store.mappedfile import INDEX_SERVICE, LEFT_OUT
 from ..store.nextstart import first_stray_refusal
 from ..store.rules import VersionRules
+from ..store.store import stray_effects, stray_text
 from ..store.startfile import recovery_start
 from .sharedscans import SharedScans, scan_phase, topic_table
 
@@ -209,6 +210,18 @@ def _not_rebuilt(store: Store, old: list) -> tuple[list[Action], list]:
     return moved, left
 
 
+def _left_out(store: Store, left: list, names: list[str]) -> list[str]:
+    """The note of the first entry of index/ the rebuild leaves (``_not_rebuilt``) that the broker of some era of the store's
+    (3.2.6-5.0.0, ``mappedfile.load_effect``) stops ``IndexService.load`` at, so that it starts without the rebuilt files
+    sorting after it (``names``), or none: ``DefaultMessageStore.load`` ignores the load's false (@4.0.0, 4.9.7, 5.0.0)."""
+    for entry, size, _ in left:
+        later = sum(name > entry.path.name for name in names)
+        if (eras := stray_effects(store.version_guess.eras, entry, size, later, INDEX_SERVICE).get(LEFT_OUT)):
+            text = stray_text({LEFT_OUT: eras}, entry, size, "index file", INDEX_SERVICE, later)
+            return [f"index/{entry.path.name}: {entry.what}, which this rebuild leaves as it is: {text}"]
+    return []
+
+
 def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None,
                                    scans: SharedScans | None = None) -> Plan:
     """Regenerate every index file as ``IndexService.buildIndex`` builds them over ``RebuildScan``; the
@@ -234,6 +247,7 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
             cache.add(0, batch)
     end, notes = scanner.end.offset, scanner.notes + notes
     index_plan, actions = index_plan_of(store, [], old, writer, True, cl.min_offset, replaced=True)
+    notes += _left_out(store, left, [f.name for f in index_plan.files if f.action == "create"])
     actions += moved
     actions += write_action(False, any(f.action == "create" for f in index_plan.files))
     cp = store.checkpoint

@@ -206,14 +206,14 @@ def list_index_files(index_dir: Path) -> list[Path]:
     return files
 
 
-def index_strays(index_dir: Path) -> list[tuple[StrayEntry, None, bool]]:
-    """``(entry, None: IndexService.load maps any length, whether an index file sorts after it)`` of each entry of
+def index_strays(index_dir: Path) -> list[tuple[StrayEntry, None, int]]:
+    """``(entry, None: IndexService.load maps any length, how many index files sort after it)`` of each entry of
     ``index_dir`` that ``IndexService.load`` lists and ``list_index_files`` does not read as an index file
     (``mappedfile.folder_entries``, one listing)."""
     if not index_dir.is_dir():
         return []
     files, strays = folder_entries(index_dir, _read_as_index_file)
-    return [(s, None, any(p.name > s.path.name for _, p in files)) for s in strays]
+    return [(s, None, sum(p.name > s.path.name for _, p in files)) for s in strays]
 
 
 def index_file_name(store_timestamp_ms: int) -> str:

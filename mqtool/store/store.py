@@ -126,13 +126,18 @@ def stray_refused_why(entry: StrayEntry, file_size: int | None, loader: str = MA
     return "the length of a file of the folder, but MappedFile.init's Long.parseLong of its name throws"
 
 
-def stray_text(effects: dict[str, list[Era]], entry: StrayEntry, file_size: int | None, noun: str, loader: str = MAPPED_FILE_QUEUE) -> str:
-    """What each era does with a stray entry (``stray_effects``), in words, ``noun`` the folder's files."""
+def stray_text(effects: dict[str, list[Era]], entry: StrayEntry, file_size: int | None, noun: str, loader: str = MAPPED_FILE_QUEUE,
+               later: int = 0) -> str:
+    """What each era does with a stray entry (``stray_effects``), in words, ``noun`` the folder's files; ``later``: how many
+    index files sort after an entry of ``index/`` (``index.index_strays``), which ``IndexService.load``'s ``IOException``
+    leaves out where ``DefaultMessageStore.load`` ignores its false (3.2.6-5.0.0: ``mappedfile.load_effect``)."""
     from .version import eras_label
 
+    left_out = (f"stops IndexService.load there (IOException) and starts without the {later} index file{'s' * (later != 1)} after it: its queries by "
+                "key do not find their keys") if loader == INDEX_SERVICE else f"leaves it and every later {noun} out at load and starts without them"
     said = {
         REFUSED: f"refuses to start ({stray_refused_why(entry, file_size, loader)})",
-        LEFT_OUT: f"leaves it and every later {noun} out at load and starts without them",
+        LEFT_OUT: left_out,
         LOADED: f"loads it as the {noun} at offset {entry.offset}, which mqtool does not read",
         SKIPPED: "passes over it", DELETED: "deletes it at load (zero-length last)",
         CREATED: "creates the file it points to (MappedFile.init's new RandomAccessFile(file, \"rw\") follows the link, its map grows "

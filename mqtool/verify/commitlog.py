@@ -47,7 +47,7 @@ class CommitLogResult:
     stopped_early: bool = False
 
 
-def stray_finding(store: Store, kind: str, entry, file_size: int | None, later: bool, noun: str, folder: str, details: dict | None = None,
+def stray_finding(store: Store, kind: str, entry, file_size: int | None, later: int, noun: str, folder: str, details: dict | None = None,
                   loader: str = MAPPED_FILE_QUEUE, eras=None) -> Finding:
     """An entry of a folder ``loader`` loads that is no file of it (``mappedfile.load_effect``, rules §2.13): an
     error where every era the store may be from refuses to start on it or loads the folder otherwise than mqtool
@@ -57,7 +57,7 @@ def stray_finding(store: Store, kind: str, entry, file_size: int | None, later: 
     eras = store.version_guess.eras if eras is None else eras
     effects = stray_effects(eras, entry, file_size, later, loader)
     differ = stray_differs(effects)
-    message = f"{entry.path.name} is {entry.what} in {folder}: {stray_text(effects, entry, file_size, noun, loader)}"
+    message = f"{entry.path.name} is {entry.what} in {folder}: {stray_text(effects, entry, file_size, noun, loader, later)}"
     where = {"file": relative(store, entry.path), "expected": file_size, "found": entry.length, "details": {**(details or {}), "effects": {k: eras_label(v) for k, v in effects.items()}}}
     if entry.unmounted:
         return error(kind, f"{message}; {UNMOUNTED}", **where)
