@@ -1150,6 +1150,9 @@ def test_rebuild_index_says_what_the_start_does_with_an_index_entry_it_leaves(ve
     [found] = [f for f in json.loads(run("verify", root, "--broker-version", version, "--format", "json").stdout)["findings"]
                if f["kind"] == "index-stray-entry"]
     assert ("refuses to start" in found["message"]) == refuses and ("starts without the 1 index file after it" in found["message"]) == (not refuses)
+    # index files are named by time: a start without the link's writes none at "its offset" (before: the commit log's words)
+    assert "a disk that is not mounted: mount the disk" in found["message"] and "its offset" not in found["message"]
+    assert all("its offset" not in n for n in refused + left_out)
     link.rename(root / "index" / "99999999999999999")
     plan = json.loads(run("rebuild-index", root, "--broker-version", version, "--format", "json").stdout)
     assert not [n for n in plan["notes"] if "index/99999999999999999" in n], plan["notes"]

@@ -120,9 +120,15 @@ def folder_entries(directory: Path, read=_is_offset_named_file) -> tuple[list[tu
 
 # a file of a mapped file queue folder that is a dangling symlink (``StrayEntry.unmounted``): ``File.length`` reads 0, so
 # ``MappedFileQueue.load`` refuses it, leaves it out (3.2.6-4.4.0, 4.9.2) or, as the last entry, deletes the link (5.1.3+), and
-# a broker that starts writes new data at its offset; moved out by a repair, the same (rules §2.13)
-UNMOUNTED = ("its data may be on a disk that is not mounted, and a broker that starts without it writes new data at its offset: "
-             "mount the disk, or remove the link yourself if that data is truly gone")
+# a broker that starts writes new data at its offset; moved out by a repair, the same (rules §2.13). ``index/``'s files are
+# named by time, not offset: its loss is only the keys the link's file held
+UNMOUNTED = "its data may be on a disk that is not mounted"
+
+
+def unmounted_text(path: Path) -> str:
+    """``UNMOUNTED`` of a dangling link at ``path``, with what a start without it does and the way out."""
+    overwritten = "" if path.parent.name == "index" else ", and a broker that starts without it writes new data at its offset"
+    return f"{UNMOUNTED}{overwritten}: mount the disk, or remove the link yourself if that data is truly gone"
 
 
 @dataclass(frozen=True)
@@ -161,7 +167,7 @@ class StrayEntry:
     def unmounted(self) -> str | None:
         """Why no mqtool command may move this entry out (``UNMOUNTED``), or None: a dangling symlink named as a file of
         its folder, a file whose bytes may be on a disk not mounted."""
-        return f"{self.what}: {UNMOUNTED}" if self.target is not None and OFFSET_NAME.match(self.path.name) else None
+        return f"{self.what}: {unmounted_text(self.path)}" if self.target is not None and OFFSET_NAME.match(self.path.name) else None
 
     @property
     def what(self) -> str:

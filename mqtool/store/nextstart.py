@@ -23,7 +23,7 @@ from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from ..formats import timer as tfmt
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import distinct_candidates
-from .mappedfile import DELETED, INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, UNMOUNTED, open_read_only, stray_after
+from .mappedfile import DELETED, INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, open_read_only, unmounted_text, stray_after
 from .mappedfile import StrayEntry
 from .rules import ERAS, VersionRules
 from .startfile import ScanStart, recovery_start
@@ -480,7 +480,7 @@ def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loade
         return None
     who = which_do(refusing, eras)
     where = entry.path.relative_to(store.root) if store.root is not None and entry.path.is_relative_to(store.root) else entry.path.name
-    unmounted = f"; {UNMOUNTED}" if entry.unmounted else ""
+    unmounted = f"; {unmounted_text(entry.path)}" if entry.unmounted else ""
     why = stray_refused_why(entry, file_size, loader).removeprefix(f"{loader}: ")  # the loader named once
     return f"{where}: {entry.what}, which {loader} lists: {why}{who}{unmounted}"
 

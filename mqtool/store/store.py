@@ -29,7 +29,7 @@ from .commitlog import CommitLog, Segment
 from .config import StoreConfig
 from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
 from .index import IndexFile, IndexGeometry, index_strays, list_index_files, store_index_geometry
-from .mappedfile import CREATED, DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED, UNMOUNTED
+from .mappedfile import CREATED, DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED, unmounted_text
 from .mappedfile import MappedFile, StrayEntry
 from .mappedfile import file_size, folder_entries, inferred_file_size, load_effect, offset_named_files, stray_after, stray_entries
 from .rules import Era, VersionRules, era_of
@@ -285,7 +285,7 @@ class Store:
                     f"{entry.path.name}: {entry.what} in {d.name}/, which mqtool passes over and the broker's MappedFileQueue.load lists: "
                     "before 5.1.0 a directory, and in every release a file, of another length than the segments is refused (3.2.6-4.4.0 and 4.9.2 "
                     "leave it and every later file out), one of the same length is parsed as an offset (Long.parseLong); "
-                    + (UNMOUNTED if entry.unmounted else "`mqtool repair` moves it out"),
+                    + (unmounted_text(entry.path) if entry.unmounted else "`mqtool repair` moves it out"),
                     expected, entry.length, entry, any(name > entry.path.name for name in names),
                 ))
         return cls(root, CommitLog(kept, expected or 1 << 30), config, [], problems)._finish(version)

@@ -26,7 +26,7 @@ from ..store.store import EMPTY_LAST_SEGMENT, SEGMENT_NAME, SEGMENT_SIZE, STRAY_
 from ..store.store import stray_text
 from ..store.nextstart import refusing_eras
 from ..store.version import eras_label
-from ..store.mappedfile import MAPPED_FILE_QUEUE, UNMOUNTED, exit_on_sigbus, sigbus_handled
+from ..store.mappedfile import MAPPED_FILE_QUEUE, exit_on_sigbus, sigbus_handled, unmounted_text
 from .findings import Finding, error, info, warning
 from ..store.segments import Gap, Run, SegmentReport, SegmentTask, analyze_segment, store_timestamp_at
 
@@ -60,7 +60,7 @@ def stray_finding(store: Store, kind: str, entry, file_size: int | None, later: 
     message = f"{entry.path.name} is {entry.what} in {folder}: {stray_text(effects, entry, file_size, noun, loader, later)}"
     where = {"file": relative(store, entry.path), "expected": file_size, "found": entry.length, "details": {**(details or {}), "effects": {k: eras_label(v) for k, v in effects.items()}}}
     if entry.unmounted:
-        return error(kind, f"{message}; {UNMOUNTED}", **where)
+        return error(kind, f"{message}; {unmounted_text(entry.path)}", **where)
     if not differ:
         return info(kind, message, **where)
     message += "; `mqtool repair` moves it out"
