@@ -1917,3 +1917,38 @@ def test_recover_deletes_the_index_files_wholly_before_the_first_entry_left(tmp_
     assert not [a for a in _recover_doc(root, version)["actions"] if "dledger-n0/" in a["path"]]
     done = _cli("restore", tmp_path / "b", "--yes")
     assert done.exit_code == 0 and snapshot(root) == damaged, done.output[-2000:]
+
+
+@pytest.mark.parametrize("damage", ["stale", "zeroed"])
+def test_a_stale_index_unit_of_the_committed_entry_stops_a_4_5_to_4_9_2_dledger_broker_and_recover_lifts_it(tmp_path, damage):
+    """dledger-small relaid in 8 data files (``relaid_store``: DLedger's recovery walks from the third-from-last), DLedger's
+    checkpoint committedIndex an entry of the second file, its index unit made stale (pos + 1: the entry header there gives
+    another pos, as a unit left by an earlier recovery or copied from elsewhere) or zeroed. DLedger 0.1 and 0.2.2 (4.5.0-4.9.2)
+    ``updateCommittedIndex`` read the entry through ``get``, which throws, and ``DefaultMessageStore.load`` fails; 0.2.3+
+    (4.9.3+) read the unit alone and start. ``recover``'s checkpoint (committedIndex = the last entry, which the walk reads)
+    lifts it. Before: every release's next-start line said the broker keeps the log, and the plan said nothing of it."""
+    root, placed = relaid_store(tmp_path, "4.9.7")
+    msg, pos = [(m, p) for m, p in placed if 1 << 18 <= p < 2 << 18][3]
+    committed, last = msg["dledgerEntry"]["index"], placed[-1][0]["dledgerEntry"]["index"]
+    (root / "dledger-n0" / "checkpoint").write_text(f"committedIndex={committed}\nendIndex={last}\n")
+
+    def line(version):
+        return json.loads(_cli("info", root, "-f", "json", "--broker-version", version).stdout)["next_start"]["line"]
+
+    assert "refuses" not in line("4.8.0")  # the unit matches its entry: get reads it
+    unit = (pos + 1).to_bytes(8, "big") if damage == "stale" else bytes(8)
+    _patch(root / "dledger-n0" / "index" / f"{0:020d}", committed * 32 + 4, unit + (bytes(4) if damage == "zeroed" else b""))
+    why = f"its index unit places it at [{pos + 1}, " if damage == "stale" else "its index unit places it at [0, 0), shorter than an entry header"
+    for version in ("4.5.1", "4.8.0", "4.9.2"):
+        text = line(version)
+        assert text.startswith(f"the broker's next start refuses to start: DLedger's checkpoint: committedIndex {committed} is before entry ")
+        assert why in text and "updateCommittedIndex throws, so DefaultMessageStore.load fails, which `mqtool recover` fixes" in text
+    for version in ("4.9.3", "4.9.7"):
+        assert "refuses" not in line(version)
+    plan = json.loads(_cli("recover", root, "--dry-run", "-f", "json", "--broker-version", "4.8.0").stdout)
+    assert any(n.startswith("without this plan's DLedger checkpoint the broker refuses to start") for n in plan["notes"])
+    assert not plan.get("refused") and "refuses" not in plan["next_start"]["line"]
+    done = _cli("recover", root, "--broker-version", "4.8.0", "--yes", "--backup-dir", tmp_path / "backup")
+    assert done.exit_code == 0, done.output
+    assert (root / "dledger-n0" / "checkpoint").read_text() == f"committedIndex={last}\nendIndex={last}\n"
+    assert "refuses" not in line("4.8.0")

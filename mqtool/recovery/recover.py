@@ -46,7 +46,7 @@ from .planparts import (
 )
 from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueueSeed
 from .queues import QueueSim
-from ..store.nextstart import later_refusal, refusal_after_recovery
+from ..store.nextstart import RECOVER_FIXES, committed_refusal, later_refusal, refusal_after_recovery
 from ..store.rules import VersionRules
 
 if TYPE_CHECKING:
@@ -79,7 +79,9 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
     _queue_results(run)
     _index_results(run, kind)
     cp_plan, remove_abort = _checkpoint(run, kind)  # 6
-    refused = later_refusal(store) if run.dispatching else None
+    refused = later_refusal(store, committed=False) if run.dispatching else None
+    if run.dispatching and (why := committed_refusal(store)) is not None:
+        run.notes.append(f"without this plan's DLedger checkpoint the broker refuses to start: {why.removesuffix(RECOVER_FIXES)}")
     if refused is not None and (late := refusal_after_recovery(store)) is not None and late[1] == refused:
         run.notes.append(f"the broker's own next start runs this recovery too, then refuses ({late[0]}): these writes stand either way, "
                          f"and the refusal stays until {late[2]}")

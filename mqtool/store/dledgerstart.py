@@ -33,6 +33,7 @@ class DataRecovery:
     rewrite_from: int | None = None  # first walked entry its index unit disagrees with: units rewritten from there
     last_term: int | None = None  # term of the last valid entry (None: none)
     walked: int = 0  # entries walked
+    first_walked: int | None = None  # index of the first entry walked: the walk checks (or rewrites) the units from it on
 
     @property
     def index_cut(self) -> int:
@@ -61,9 +62,10 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
     scan = EntryScan(cl, files[start].base_offset)
     last = rewrite_from = committed_entry = None
     committed = cl.layout.committed_index
-    walked = 0
+    walked, first_walked = 0, None
     for walked, header in enumerate(scan, 1):
         last = header
+        first_walked = header.index if first_walked is None else first_walked
         if rewrite_from is None and not unit_matches(cl.index_unit(header.index), header):
             rewrite_from = header.index
         if header.index == committed:
@@ -80,7 +82,39 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
         unit = (committed_entry or last) if rewritten else cl.index_unit(committed)
         committed_pos = None if unit is None else unit.pos + unit.size
     return DataRecovery(offset + start, scan.end, last_index, sum(1 for _ in cl.index_units()), committed, committed_pos, rewrite_from,
-                        last.term if last is not None else None, walked)
+                        last.term if last is not None else None, walked, first_walked)
+
+
+def committed_read_failure(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[str, bool] | None:
+    """(why, in every release) ``updateCommittedIndex`` throws at the end of ``recover`` on the checkpoint's committedIndex
+    (``dl.committed_index``), or None. Only an entry before the walk's first can: the walk has checked or rewritten the unit
+    of every entry it reads, the last one included (where a committedIndex past it is clamped). Every release throws where
+    ``index/`` has no unit there ("Get null index"); DLedger 0.1 and 0.2.2 (``dledger_commit_reads_entry``) also where ``get``
+    cannot read an entry at the unit's pos and size whose pos field is that pos: the unit's range outside the data the
+    recovery keeps (``dataFileList.getData`` null: ``selectMappedBuffer`` past the read position, the files after the cut
+    deleted), under 48 bytes or a body length past it (``DLedgerEntryCoder.decode`` throws), or another pos there
+    (DLedgerMmapFileStore.get, updateCommittedIndex @release-0.1, dledger-0.2.2; getEntryPosAndSize @dledger-0.2.3+)."""
+    c = dl.committed_index
+    if c is None or dl.first_walked is None or c >= dl.first_walked:
+        return None
+    unit = cl.index_unit(c)
+    if unit is None:
+        return f"index/ has no unit for entry {c}", True
+    files, end, pos, size = cl.entry_segments(), dl.end.offset, unit.pos, unit.size
+    # findMappedFileByOffset (the first file for offset 0), among the files truncateOffset(end) keeps; read up to end
+    seg = files[0] if pos == 0 else next((f for f in files if f.base_offset <= pos < f.base_offset + f.size and f.base_offset <= end), None)
+    at = 0 if pos == 0 else pos - seg.base_offset if seg is not None else 0
+    where = f"its index unit places it at [{pos}, {pos + size})"
+    if seg is None or size < 0 or at + size > min(seg.size, end - seg.base_offset):
+        return f"{where}, outside the data DLedger's recovery keeps", False
+    if size < dfmt.ENTRY_HEADER_SIZE:
+        return f"{where}, shorter than an entry header", False
+    h = dfmt.decode_entry_header(read_range(seg.path, at, at + dfmt.ENTRY_HEADER_SIZE), 0, pos)
+    if h.body_size < h.size and not 0 <= h.body_size <= size - dfmt.ENTRY_HEADER_SIZE:
+        return f"{where}, where an entry header gives body length {h.body_size}", False
+    if h.pos != pos:
+        return f"{where}, where the entry header gives pos {h.pos}", False
+    return None
 
 
 def ledger_begin_index(cl: DLedgerCommitLog) -> int:

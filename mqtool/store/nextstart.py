@@ -505,14 +505,35 @@ def unmounted_file(store: Store) -> str | None:
     return None if entry is None else f"{entry.path.relative_to(store.root) if store.root is not None else entry.path}: {entry.unmounted}"
 
 
-def later_refusal(store: Store, queue_fix: str = RECOVER_FIXES) -> str | None:
+def later_refusal(store: Store, queue_fix: str = RECOVER_FIXES, committed: bool = True) -> str | None:
     """Why the broker refuses to start on a store whose commit log it loads: ``dledger_refusal`` (DLedger's data, loaded
-    by ``DLedgerCommitLog.load`` after a mixed store's commitlog/), ``queue_refusal``, ``checkpoint_refusal``, then, after the
+    by ``DLedgerCommitLog.load`` after a mixed store's commitlog/), ``queue_refusal``, ``checkpoint_refusal``, in the recovery
+    ``committed_refusal`` (unless ``committed`` is False: ``recover``'s plan, which lifts it), then, after the
     recovery (``refusal_after_recovery``), ``index_refusal``, ``timer_refusal`` (then ``TimerMetrics``'s ``config_refusal``) and
     4.9.2+'s ``delayOffset.json``, then ``abort_refusal``, in the order it meets them; the line says what the start does once
     that is fixed; ``queue_fix``: what fixes a consume queue file (``queue_refusal``)."""
-    return (dledger_refusal(store) or queue_refusal(store, queue_fix) or checkpoint_refusal(store)
+    return (dledger_refusal(store) or queue_refusal(store, queue_fix) or checkpoint_refusal(store) or (committed_refusal(store) if committed else None)
             or (found[1] if (found := refusal_after_recovery(store)) else None) or abort_refusal(store))
+
+
+def committed_refusal(store: Store) -> str | None:
+    """Why the broker refuses to start on DLedger's checkpoint ``committedIndex`` (``dledgerstart.committed_read_failure``), naming
+    the releases that do, or None: ``updateCommittedIndex`` throws at the end of ``DLedgerMmapFileStore.recover``, after its walk
+    has written ``index/`` and cut the data, and ``DefaultMessageStore.load`` catches it and fails (@4.5.1, 4.9.2). ``recover``
+    writes committedIndex as the last entry (``DLedgerLog.checkpoint_actions``), an entry the walk reads."""
+    if not store.recovers_dledger_data:
+        return None
+    from .dledgerstart import committed_read_failure, data_recovery
+
+    dl = data_recovery(store.commitlog)
+    if (found := committed_read_failure(store.commitlog, dl)) is None:
+        return None
+    eras = store.version_guess.eras
+    refusing = [e for e in eras if found[1] or VersionRules(e.representative).dledger_commit_reads_entry]
+    if not refusing:
+        return None
+    return (f"DLedger's checkpoint: committedIndex {dl.committed_index} is before entry {dl.first_walked}, where DLedger's recovery walk starts, and {found[0]}: "
+            f"updateCommittedIndex throws, so DefaultMessageStore.load fails{which_do(refusing, eras)}{RECOVER_FIXES}")
 
 
 def refusal_after_recovery(store: Store) -> tuple[str, str, str] | None:

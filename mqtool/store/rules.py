@@ -274,6 +274,11 @@ class VersionRules:
     dledger_commitlog = _rule("E5")
     """§8.3, §8.4: from 4.5.0 a DLedger commit log; its first load of a classic one writes an end-of-file blank at the recovered end."""
 
+    dledger_commit_reads_entry = _rule("E5", before="E12")
+    """§8.3: DLedger 0.1 and 0.2.2 (4.5.0-4.9.2) ``updateCommittedIndex`` reads the committed entry through ``get`` (its index unit,
+    then the entry there, whose pos must be the unit's), which throws at load on a stale unit; 0.2.3+ (4.9.3+) read the unit alone
+    (``getEntryPosAndSize``, DLedgerMmapFileStore @dledger-0.2.2, 0.2.3)."""
+
     dledger_abnormal_redispatch = _rule("E17")
     """§8.4: from 5.2.0 a DLedger store's abnormal recovery picks a start file and re-dispatches."""
 
