@@ -475,10 +475,8 @@ def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loade
     directory, a symlink, a misnamed file: ``mappedfile.load_effect``), or None: no era left (of ``eras``,
     those that load the folder; all by default) does."""
     eras = store.version_guess.eras if eras is None else eras
-    refusing = stray_effects(eras, entry, file_size, later, loader).get(REFUSED, [])
-    if not refusing:
+    if (who := which_do(stray_effects(eras, entry, file_size, later, loader).get(REFUSED, []), eras)) is None:
         return None
-    who = which_do(refusing, eras)
     where = entry.path.relative_to(store.root) if store.root is not None and entry.path.is_relative_to(store.root) else entry.path.name
     unmounted = f"; {unmounted_text(entry.path)}" if entry.unmounted else ""
     why = stray_refused_why(entry, file_size, loader).removeprefix(f"{loader}: ")  # the loader named once
@@ -566,10 +564,8 @@ def abort_refusal(store: Store) -> str | None:
     if store.abort is None or not store.abort.unusable:
         return None
     eras = store.version_guess.eras
-    refusing = [e for e in eras if e.index >= ERA_INDEX["E13"]]
-    if not refusing:
+    if (who := which_do([e for e in eras if e.index >= ERA_INDEX["E13"]], eras)) is None:
         return None
-    who = which_do(refusing, eras)
     if store.abort.special:
         return ("abort: a FIFO, socket or device node, which DefaultMessageStore.start's MixAll.string2File opens to read first (a FIFO's "
                 f"open waits for a writer), so the broker hangs or exits after its abnormal recovery{who}; `mqtool repair` moves it out")
@@ -645,15 +641,13 @@ def refused_by(store: Store, empty_last: bool, eras=None) -> str | None:
     entry, ``mappedfile.last_listed``): None when no era of ``eras`` (the store's by default) refuses it; else "" when every
     one does, or which do."""
     eras = store.version_guess.eras if eras is None else eras
-    refusing = refusing_eras(eras, empty_last)
-    if not refusing:
-        return None
-    return which_do(refusing, eras)
+    return which_do(refusing_eras(eras, empty_last), eras)
 
 
-def which_do(some, eras) -> str:
-    """"" where ``some`` are all of the store's ``eras``, else which do it: `` (as E8-E12 (4.7.1-4.9.8) brokers do)``."""
-    return "" if len(some) == len(eras) else f" (as {eras_label(some)} brokers do)"
+def which_do(some, eras) -> str | None:
+    """"" where ``some`` are all of the store's ``eras``, else which do it: `` (as E8-E12 (4.7.1-4.9.8) brokers do)``; None
+    where none does (``some`` empty)."""
+    return None if not some else "" if len(some) == len(eras) else f" (as {eras_label(some)} brokers do)"
 
 
 def refusing_eras(eras, empty_last: bool) -> list:
