@@ -342,21 +342,18 @@ def wrong_length_files(store: Store, queue, what: str = "consume queue", details
     queue or ``rebuild-cq`` writes its files at full size. A zero-length last file holds nothing: an ``info`` where
     no era the store may be from refuses it (5.1.3+ delete it, 3.2.6-4.4.0 and 4.9.2 leave it out;
     ``nextstart.refused_by``)."""
+    label, details = f"{what} {queue.topic}/{queue.queue_id}", {"topic": queue.topic, "queue_id": queue.queue_id, **(details or {})}
     for _, path, size, last in queue.wrong_lengths:
-        where = {"file": relative(store, path), "expected": queue.file_size, "found": size,
-                 "details": {"topic": queue.topic, "queue_id": queue.queue_id, **(details or {})}}
+        where = {"file": relative(store, path), "expected": queue.file_size, "found": size, "details": details}
         if size == 0 and path == queue.files[-1][1] and refused_by(store, empty_last=last) is None:  # last: no entry after it either
-            yield info("cq-file-size", f"{what} {queue.topic}/{queue.queue_id}: {path.name}, its last file, is empty: the broker deletes it "
+            yield info("cq-file-size", f"{label}: {path.name}, its last file, is empty: the broker deletes it "
                        "(5.1.3+) or leaves it out (3.2.6-4.4.0, 4.9.2); it holds nothing", **where)
         else:
             after = empty_not_last(stray_after(path, queue.files, queue.strays), store.version_guess.eras) if size == 0 else ""
-            yield error("cq-file-size",
-                        f"{what} {queue.topic}/{queue.queue_id}: {path.name} is {size} bytes, not {queue.file_size}{after}: the broker "
-                        "refuses to load it (MappedFileQueue.load: \"length not matched\"), or leaves it and the queue's later files out",
-                        **where)
+            yield error("cq-file-size", f"{label}: {path.name} is {size} bytes, not {queue.file_size}{after}: the broker refuses to "
+                        "load it (MappedFileQueue.load: \"length not matched\"), or leaves it and the queue's later files out", **where)
     for entry in queue.strays:  # a directory, a symlink, a misnamed file: MappedFileQueue.load lists it (``mappedfile.load_effect``)
-        yield stray_finding(store, "cq-stray-entry", entry, queue.file_size, queue.after(entry), f"{what} file",
-                            f"{what} {queue.topic}/{queue.queue_id}'s folder", {"topic": queue.topic, "queue_id": queue.queue_id, **(details or {})})
+        yield stray_finding(store, "cq-stray-entry", entry, queue.file_size, queue.after(entry), f"{what} file", f"{label}'s folder", details)
 
 
 class ConsumeQueueCheck(FindingSink):
