@@ -317,7 +317,7 @@ def entry_mismatch(topic: str, queue_id: int, file: str | None, queue_offset: in
                    record_damaged: bool = False, wrapped: bool = False) -> Finding:
     """The ``cq-entry-mismatch`` of the entry at ``queue_offset`` of ``topic``/``queue_id`` pointing at the record at ``offset``:
     its ``what`` (size, queue offset, tags code) is ``found``, the record's ``expected``. ``record_damaged``: an entry in the
-    queue's order at another queue offset than its record's QUEUEOFFSET (``ConsumeQueueCheck._record_damaged``), lost data;
+    queue's order at another queue offset than its record's QUEUEOFFSET (``ConsumeQueueCheck._compare``), lost data;
     ``wrapped``: its position wrapped around. ``repair`` predicts the entries a dispatch writes away from their record's QUEUEOFFSET with it."""
     label, details = f"{topic}/{queue_id}", {"topic": topic, "queue_id": queue_id, "queue_offset": queue_offset, "field": what}
     where = f"consume queue {label} entry at queue offset {queue_offset} points to the record at {offset}"
@@ -555,14 +555,13 @@ class ConsumeQueueCheck(FindingSink):
         wrapped = only_queue_offset and not 0 <= record.queue_offset * cqfmt.ENTRY_SIZE < 1 << 63
         shift, cursor.shift = cursor.shift, None
         follows = shift == (entry.queue_offset - record.queue_offset, record.queue_offset - 1)
-        if wrapped or only_queue_offset and not follows and cursor.last_pos is not None and entry.queue_offset == cursor.last_pos + 1:
-            self.emit(self._record_damaged(cursor, entry, record, wrapped))
-            return
-        if only_queue_offset:
+        # damaged: the field (outside the body CRC) is damaged, or records of the queue before it are lost; no rebuild mends it
+        damaged = wrapped or only_queue_offset and not follows and cursor.last_pos is not None and entry.queue_offset == cursor.last_pos + 1
+        if only_queue_offset and not damaged:
             cursor.shift = (entry.queue_offset - record.queue_offset, record.queue_offset)
         for what, expected, found in problems:
             self.emit(entry_mismatch(cursor.topic, cursor.queue_id, self._file_of(cursor, entry.queue_offset), entry.queue_offset,
-                                     record.offset, what, expected, found))
+                                     record.offset, what, expected, found, record_damaged=damaged, wrapped=wrapped))
 
     def _skipped_by_dispatch(self, cursor: QueueCursor, queue_offset: int) -> bool:
         """A record without an entry whose non-zero QUEUEOFFSET puts it below the queue's write position after its previous
@@ -584,13 +583,6 @@ class ConsumeQueueCheck(FindingSink):
             "dispatch skips it (\"Build consume queue repeatedly\"), so the record's field is damaged; no rebuild of the queue mends it",
             file=self._file_of(cursor, cursor.last_pos + 1), offset=record.offset, expected=cursor.last_pos + 1, found=record.queue_offset,
             details=cursor.details(queue_offset=record.queue_offset, record_damaged=True))
-
-    def _record_damaged(self, cursor: QueueCursor, entry: Entry, record: LogRecord, wrapped: bool = False) -> Finding:
-        """An entry in the queue's order, or where a wrapped position put it (``_compare``), at another
-        queue offset than its record's QUEUEOFFSET: the field (outside the body CRC) is damaged, or records of the
-        queue before it are lost. No rebuild mends it: lost data (``record_damaged``), not a consume queue fault."""
-        return entry_mismatch(cursor.topic, cursor.queue_id, self._file_of(cursor, entry.queue_offset), entry.queue_offset, record.offset,
-                              "queue offset", record.queue_offset, entry.queue_offset, record_damaged=True, wrapped=wrapped)
 
     def _tags_code(self, record: LogRecord) -> int | str:
         """``consume_queue_tags_code``; outside SCHEDULE_TOPIC_XXXX it depends on TAGS alone, so
