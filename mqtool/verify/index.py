@@ -419,17 +419,12 @@ class IndexCheck(FindingSink):
                 f"index file {f.name}: {slots} hash slots do not hold the newest entry of their chain (first: slot {slot} holds "
                 f"{held}, the entries say {int(last_seen[slot])}): key queries start from the wrong entry", file=name,
                 expected=int(last_seen[slot]), found=held, details={"slots": slots, "first_slot": slot}))
-        if self.version is not None and meta.count:
-            expected_slots = heads if self.store.rules.index_counts_used_slots else meta.count
-            if header.hash_slot_count != expected_slots:
-                self.emit(info("index-header",
-                               f"index file {f.name}: header hashSlotCount is {header.hash_slot_count}, the entries give {expected_slots} "
-                               "(informational only for the broker)", file=name, expected=expected_slots, found=header.hash_slot_count))
-        if meta.count:
-            self._header_against_entries(meta)
-
-    def _header_against_entries(self, meta: IndexEntries) -> None:
-        f, header = meta.file, meta.header
+        if not meta.count:
+            return
+        expected_slots = heads if self.store.rules.index_counts_used_slots else meta.count
+        if self.version is not None and header.hash_slot_count != expected_slots:
+            self.emit(info("index-header", f"index file {f.name}: header hashSlotCount is {header.hash_slot_count}, the entries give "
+                           f"{expected_slots} (informational only for the broker)", file=name, expected=expected_slots, found=header.hash_slot_count))
         first, last = f.entry(1), f.entry(meta.count)
         checks = [("beginPhyOffset", first.phy_offset, header.begin_phy_offset), ("endPhyOffset", last.phy_offset, header.end_phy_offset)]
         for label, entry in (("beginTimestamp", first), ("endTimestamp", last)):
@@ -445,12 +440,12 @@ class IndexCheck(FindingSink):
                 self.emit(warning(
                     "index-header",
                     f"index file {f.name}: header {label} is {found}, its entries say {expected} (time-bounded queries and the "
-                    "broker's index clean-up use these values)", file=meta.name, expected=expected, found=found, details={"field": label}))
+                    "broker's index clean-up use these values)", file=name, expected=expected, found=found, details={"field": label}))
         nxt = meta.count + 1
         if nxt < f.geometry.index_num and ixfmt.entry_position(f.geometry.hash_slot_num, nxt) + ixfmt.ENTRY_SIZE <= f.size:
             if any(f.entry(nxt)[1:]):
                 self.emit(warning(
                     "index-header",
                     f"index file {f.name}: entry {nxt} after indexCount holds data: the header was not written back after the last "
-                    "puts, so the broker does not see those entries", file=meta.name, expected=0, found=nxt,
+                    "puts, so the broker does not see those entries", file=name, expected=0, found=nxt,
                     details={"field": "indexCount"}))
