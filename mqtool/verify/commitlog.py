@@ -128,12 +128,9 @@ def _init_worker(counter) -> None:
 
 
 def _count(delta: int) -> None:
+    """A worker's ``analyze_segment`` progress: bytes added to the parent's shared counter."""
     with _worker_counter.get_lock():
         _worker_counter.value += delta
-
-
-def _analyze_in_worker(task: SegmentTask) -> SegmentReport:
-    return analyze_segment(task, _count)
 
 
 def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | None, chain=None, walked: dict[int, Run] | None = None) -> Iterator[SegmentReport]:
@@ -158,7 +155,7 @@ def segment_reports(tasks: list[SegmentTask], jobs: int, progress: Progress | No
     done: queue.SimpleQueue = queue.SimpleQueue()  # (task number, its report or Failure), put in the pool's result thread
     with ctx.Pool(min(jobs, len(tasks)), initializer=_init_worker, initargs=(counter,)) as pool:
         for number, task in enumerate(tasks):
-            pool.apply_async(_analyze_in_worker, (task,), callback=lambda report, number=number: done.put((number, report)),
+            pool.apply_async(analyze_segment, (task, _count), callback=lambda report, number=number: done.put((number, report)),
                              error_callback=lambda exc, number=number: done.put((number, Failure(exc))))
         arrived: dict[int, SegmentReport | Failure] = {}
         for number in range(len(tasks)):
