@@ -77,9 +77,6 @@ class MappedFile:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        return f"MappedFile({str(self.path)!r}, base_offset={self.base_offset}, size={self.size})"
-
 
 def offset_named_files(directory: Path) -> list[tuple[int, Path]]:
     """``(first offset, path)`` of the 20-digit-named regular files in ``directory``, sorted."""
