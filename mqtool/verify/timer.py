@@ -233,14 +233,6 @@ def _again(store: Store, report: TimerReport, resume: Resume, check: fmt.TimerCh
     return f", {n} of them {why}, which it delivers a second time" if n else ""
 
 
-def _master(resume: Resume) -> str:
-    """timercheck's ``masterTimerQueueOffset`` where ``resume`` took it, in words."""
-    value = resume.offset if resume.raised_from is None else resume.raised_from
-    if resume.checked:
-        return f"timercheck's masterTimerQueueOffset {value}"
-    return f"masterTimerQueueOffset {value} (config/timercheck is missing: TimerCheckpoint reads 0)"
-
-
 def _raised(resume: Resume) -> str:
     """What a resume below the queue's min offset adds: where the enqueue goes on instead."""
     if resume.raised_from is None:
@@ -250,9 +242,12 @@ def _raised(resume: Resume) -> str:
 
 
 def _resumes(resume: Resume) -> str:
-    """Where a ``requeued`` info says the broker's enqueue resumes."""
+    """Where a ``requeued`` info says the broker's enqueue resumes: at timercheck's ``masterTimerQueueOffset``, or after the unit."""
     if resume.master:
-        return (f"resumes {fmt.TIMER_TOPIC} at {_master(resume)}, before the message of the log's "
+        value = resume.offset if resume.raised_from is None else resume.raised_from
+        master = (f"timercheck's masterTimerQueueOffset {value}" if resume.checked
+                  else f"masterTimerQueueOffset {value} (config/timercheck is missing: TimerCheckpoint reads 0)")
+        return (f"resumes {fmt.TIMER_TOPIC} at {master}, before the message of the log's "
                 f"last unit (TimerMessageStore.recover takes the lesser of the two){_raised(resume)}")
     return f"resumes {fmt.TIMER_TOPIC} after the message of the log's last unit (reviseQueueOffset){_raised(resume)}"
 
