@@ -136,12 +136,13 @@ def _wheel_findings(store: Store, timer: TimerStore, report: TimerReport) -> Ite
         tails.append((ordered[i - 1] + fmt.UNIT_SIZE if i and ordered[i - 1] >= a else a, b))
     for slot in slots:
         home = slot.time_slot % (2 * fmt.SLOTS_TOTAL)
+        held = {"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num}  # each finding's details
         if not slot.is_read:
             # TimerWheel reads the slot of a time only where that time lies and only if it holds that time
             # (getSlot, checkPhyPos, getAllNum: index = time / precision % slots): the broker never reads this one
             yield info("timer-wheel", f"wheel slot {slot.slot} holds time {slot.time_slot}, which belongs in slot {home}: the broker never "
                        "reads it (TimerWheel.getSlot); damage it ignores", file="timerwheel", found=slot.time_slot,
-                       details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num, "unread": True})
+                       details={**held, "unread": True})
             continue
         bad = [p for p in (slot.first_pos, slot.last_pos) if p != -1 and p not in units]
         last = revised.last_pos[slot.slot]
@@ -150,14 +151,13 @@ def _wheel_findings(store: Store, timer: TimerStore, report: TimerReport) -> Ite
                        f"timer log's end {report.log_end.offset}: the broker's recovery moves its lastPos back to its last unit before "
                        "that end (TimerWheel.checkPhyPos, recoverAndRevise) and enqueues the later units' messages again "
                        "(reviseQueueOffset): nothing lost", file="timerwheel", found=slot.last_pos,
-                       details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num,
-                                "revised": True})
+                       details={**held, "revised": True})
             continue
         if bad and not revised.reads(slot):
             yield info("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}) points at timer log offset {bad[0]}, where no valid "
                        "unit starts: the broker read the slot already (its time is before timercheck's lastReadTimeMs) and never reads "
                        "it again (TimerMessageStore.dequeue); damage it ignores", file="timerwheel", found=bad[0],
-                       details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num, "read": True})
+                       details={**held, "read": True})
         elif bad:
             gone = min(bad) < start
             cut_off = any(a <= p < b for p in bad for a, b in tails)
@@ -165,25 +165,23 @@ def _wheel_findings(store: Store, timer: TimerStore, report: TimerReport) -> Ite
                           + (f" (before the timer log's first file at {start}: its units are gone)" if gone else "")
                           + (" (after its file's last unit: the units there are gone)" if cut_off else ""),
                           file="timerwheel", expected="a unit position", found=bad[0],
-                          details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num,
-                                   "past_end": min(bad) + fmt.UNIT_SIZE > report.log_end.offset, "before_start": gone,
+                          details={**held, "past_end": min(bad) + fmt.UNIT_SIZE > report.log_end.offset, "before_start": gone,
                                    **({"cut_off": True} if cut_off else {})})
         elif revised.reads(slot) and (broken := chain_break(last, units, start)) is not None:
-            yield _broken_chain(slot, *broken, any(a <= broken[1] < b for a, b in tails))
+            yield _broken_chain(slot, *broken, any(a <= broken[1] < b for a, b in tails), held)
 
 
-def _broken_chain(slot: fmt.WheelSlot, unit: int, pos: int, cut_off: bool) -> Finding:
+def _broken_chain(slot: fmt.WheelSlot, unit: int, pos: int, cut_off: bool, held: dict) -> Finding:
     """A slot not yet read whose first and last units are whole but whose chain from the ``lastPos`` the broker's start leaves
     (``recovered_wheel``) names a position where no unit starts (``chain_break``): units of a file's cut tail in the middle
     of it. ``TimerMessageStore.dequeue`` reads the blank or zeros there as a unit of prevPos 0 (5.0.0-5.3.3): ``repair``
-    relinks the chain over the lost units (details ``chain_broken_at``: the unit naming the position)."""
+    relinks the chain over the lost units (details: the slot's, ``held``, and ``chain_broken_at``: the unit naming the position)."""
     return warning("timer-wheel", f"wheel slot {slot.slot} (time {slot.time_slot}): its unit at timer log offset {unit} names {pos} as the "
                    "previous unit of its time, where no valid unit starts" + (" (after its file's last unit: the units there are gone)"
                    if cut_off else "") + ": TimerMessageStore.dequeue reads what lies there as a unit (a blank or zeros: prevPos 0, so "
                    "it goes on at unit 0 and delivers its message again) and never reaches the slot's units before it",
                    file="timerwheel", expected="a unit position", found=pos,
-                   details={"slot": slot.slot, "first_pos": slot.first_pos, "last_pos": slot.last_pos, "num": slot.num,
-                            "chain_broken_at": unit})
+                   details={**held, "chain_broken_at": unit})
 
 
 def _missing_wheel(report: TimerReport) -> Finding:
