@@ -281,10 +281,7 @@ class MessageBatchBuilder:
         if "broker" in self.names:
             raw = self.broker.encode()
             c["broker"] = _strings(np.arange(n + 1, dtype=np.int32) * len(raw), np.frombuffer(raw * n, dtype=np.uint8))
-        if "born_time" in self.names:
-            c["born_time"] = _timestamps(c["born_timestamp"])
-        if "store_time" in self.names:
-            c["store_time"] = _timestamps(c["store_timestamp"])
+        c.update((name, _timestamps(c[ms])) for name, ms in (("born_time", "born_timestamp"), ("store_time", "store_timestamp")) if name in self.names)
         c["split_start"] = np.full(n, split_start, dtype=np.int64)
         c["split_edge"] = np.zeros(n, dtype=bool)
         c["split_skipped"] = pa.nulls(n, MESSAGE_SCHEMA.field("split_skipped").type)
@@ -303,8 +300,7 @@ class MessageBatchBuilder:
             d["properties"] = list(d["properties"].items())
             rows.append(d)
         c = {name: pa.array([r[name] for r in rows], MESSAGE_SCHEMA.field(name).type) for name in self.names if rows and name in rows[0]}
-        c["born_timestamp"] = np.array([r["born_timestamp"] for r in rows], dtype=np.int64)
-        c["store_timestamp"] = np.array([r["store_timestamp"] for r in rows], dtype=np.int64)
+        c.update((name, np.array([r[name] for r in rows], dtype=np.int64)) for name in ("born_timestamp", "store_timestamp"))
         return self._finish(c, len(rows), split_start)
 
 
