@@ -102,13 +102,9 @@ def empty_last_segment(store: Store, problem) -> Finding:
 
 
 def relative(store: Store, path: str | Path) -> str:
+    """``path`` as findings name it: below the store's root where it lies there."""
     path = Path(path)
-    if store.root is not None:
-        try:
-            return str(path.relative_to(store.root))
-        except ValueError:
-            pass
-    return str(path)
+    return str(path.relative_to(store.root) if store.root is not None and path.is_relative_to(store.root) else path)
 
 
 # ---- the segment reports, serially or from a process pool ------------------------------------
