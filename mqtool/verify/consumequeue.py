@@ -494,30 +494,28 @@ class ConsumeQueueCheck(FindingSink):
         return True
 
     def on_batch(self, records: list[LogRecord]) -> None:
+        """Each record against its queue's entries, one by one."""
         for record in records:
-            self.on_record(record)
-
-    def on_record(self, record: LogRecord) -> None:
-        if not _dispatched(record.sys_flag) or record.topic in self.batch_topics:
-            return
-        key = (record.topic, record.queue_id)
-        cursor = self.cursors.get(key)
-        if cursor is None:
-            cursor = self.cursors[key] = QueueCursor(self, None, *key)
-        while cursor.head is not None and cursor.head.phys < record.offset:
-            self._stray(cursor, cursor.head)
-            cursor.skip(1)
-        head = cursor.head
-        if head is not None and head.phys == record.offset:
-            self._close_missing(cursor)
-            self._compare(cursor, head, record)
-            cursor.last_pos, cursor.placed = head.queue_offset, True
-            cursor.skip(1)
-        elif self._skipped_by_dispatch(cursor, record.queue_offset):
-            self.emit(self._record_skipped(cursor, record))
-        else:
-            cursor.last_pos = None
-            self._missing(key, record.offset, record.offset, record.queue_offset, record.queue_offset, 1)
+            if not _dispatched(record.sys_flag) or record.topic in self.batch_topics:
+                continue
+            key = (record.topic, record.queue_id)
+            cursor = self.cursors.get(key)
+            if cursor is None:
+                cursor = self.cursors[key] = QueueCursor(self, None, *key)
+            while cursor.head is not None and cursor.head.phys < record.offset:
+                self._stray(cursor, cursor.head)
+                cursor.skip(1)
+            head = cursor.head
+            if head is not None and head.phys == record.offset:
+                self._close_missing(cursor)
+                self._compare(cursor, head, record)
+                cursor.last_pos, cursor.placed = head.queue_offset, True
+                cursor.skip(1)
+            elif self._skipped_by_dispatch(cursor, record.queue_offset):
+                self.emit(self._record_skipped(cursor, record))
+            else:
+                cursor.last_pos = None
+                self._missing(key, record.offset, record.offset, record.queue_offset, record.queue_offset, 1)
 
     def _missing(self, key: tuple[str, int], first: int, last: int, first_qoff: int, last_qoff: int, count: int) -> None:
         """Records ``[first, last]`` of queue ``key`` have no entry: a run is opened or extended."""
