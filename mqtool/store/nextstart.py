@@ -527,11 +527,10 @@ def committed_refusal(store: Store) -> str | None:
     if (found := committed_read_failure(store.commitlog, dl)) is None:
         return None
     eras = store.version_guess.eras
-    refusing = [e for e in eras if found[1] or VersionRules(e.representative).dledger_commit_reads_entry]
-    if not refusing:
+    if (who := which_do([e for e in eras if found[1] or VersionRules(e.representative).dledger_commit_reads_entry], eras)) is None:
         return None
     return (f"DLedger's checkpoint: committedIndex {dl.committed_index} is before entry {dl.first_walked}, where DLedger's recovery walk starts, and {found[0]}: "
-            f"updateCommittedIndex throws, so DefaultMessageStore.load fails{which_do(refusing, eras)}{RECOVER_FIXES}")
+            f"updateCommittedIndex throws, so DefaultMessageStore.load fails{who}{RECOVER_FIXES}")
 
 
 def refusal_after_recovery(store: Store) -> tuple[str, str, str] | None:
