@@ -18,6 +18,7 @@ from ..store.commitlog import ScanEnd, StopReason
 from ..store.dledger import DLedgerCommitLog, index_file_size
 from ..store.dledgerstart import DataRecovery, data_recovery, dispatches_on_abnormal, dledger_start, ledger_begin_index, reput_start
 from ..store.fastscan import COL_SIZE, FastScan
+from ..store.mappedfile import offset_file_name
 from .logkinds import LogKind, RecoveryRun
 from .plans import Action
 from .planparts import rel, written_end
@@ -43,7 +44,7 @@ def _index_ranges(store: Store, op: str, start: int, stop: int, note: str, creat
     size = index_file_size(store)
     files = dict(layout.index_files())
     for base in sorted(files.keys() | set(created)):
-        path = files.get(base, layout.index_dir / f"{base:020d}")
+        path = files.get(base, layout.index_dir / offset_file_name(base))
         lo, hi = max(start, base), min(stop, base + (path.stat().st_size if base in files else size))
         if lo < hi:
             actions.append(Action(op, rel(store, path), lo - base, hi - base, note))
@@ -124,7 +125,7 @@ class DLedgerLog(LogKind):
             # an index file the rewrite writes into that is not on disk: ``MmapFileList.append`` maps a new one (``resize``)
             have = {b for b, _ in layout.index_files()}
             missing = [b for b in range(start - start % size, dl.index_cut, size) if b not in have]
-            actions += [Action("resize", rel(store, layout.index_dir / f"{b:020d}"), 0, size,
+            actions += [Action("resize", rel(store, layout.index_dir / offset_file_name(b)), 0, size,
                                f"DLedger index file missing: the broker's recovery creates it ({size} bytes) and writes the units from the entries")
                         for b in missing]
             actions += _index_ranges(store, "write-dledger-index", start, dl.index_cut,

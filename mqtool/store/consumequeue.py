@@ -16,7 +16,7 @@ from ..formats import consumequeue as fmt
 from ..formats._layout import FixedLayout
 from ..formats.dispatch import java_int_or_none
 from ._queueunits import first_invalid_unit, units_equal
-from .mappedfile import MappedFile, StrayEntry, folder_entries, offset_named_files, open_read_only, wrong_length_files
+from .mappedfile import MappedFile, StrayEntry, folder_entries, offset_file_name, offset_named_files, open_read_only, wrong_length_files
 
 if TYPE_CHECKING:
     import numpy as np
@@ -291,6 +291,13 @@ def _subdirs(directory: Path) -> list[Path]:
         return []
     except PermissionError:
         raise BadInput(f"{directory}: permission denied") from None
+
+
+def unit_file_name(queue_offset: int, file_size: int) -> str:
+    """The name of the consume queue file of ``file_size`` bytes holding the unit of ``queue_offset``: its first unit's
+    byte offset (``MappedFileQueue.findMappedFileByOffset``)."""
+    logical = queue_offset * fmt.ENTRY_SIZE
+    return offset_file_name(logical - logical % file_size)
 
 
 def queue_id_of(name: str) -> int | None:

@@ -27,7 +27,7 @@ from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey
 from ..errors import MqtoolError
 from ..store import ConsumeQueue, Store
-from ..store.consumequeue import READ_BELOW, has_queue_directory
+from ..store.consumequeue import READ_BELOW, has_queue_directory, unit_file_name
 from ..store import fastscan as fs
 from ..store.mappedfile import MappedFile, stray_after
 from ..store.nextstart import refused_by
@@ -431,9 +431,7 @@ class ConsumeQueueCheck(FindingSink):
     def _file_of(self, cursor: QueueCursor, queue_offset: int) -> str | None:
         if cursor.queue is None:
             return None
-        logical = queue_offset * cqfmt.ENTRY_SIZE
-        base = logical - logical % cursor.queue.file_size
-        return relative(self.store, cursor.queue.directory / f"{base:020d}")
+        return relative(self.store, cursor.queue.directory / unit_file_name(queue_offset, cursor.queue.file_size))
 
     # ---- the merge ----
 
