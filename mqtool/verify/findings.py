@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import pickle
 from dataclasses import dataclass, field
-from typing import IO, Any, Iterator, Mapping
+from typing import IO, Any, Callable, Iterator, Mapping
 
 
 class Severity(str, enum.Enum):
@@ -142,16 +142,12 @@ class FindingSink:
         return out
 
 
-def error(kind: str, message: str, **kw) -> Finding:
-    return Finding(kind, Severity.ERROR, message, **kw)
+def _of(severity: Severity) -> Callable[..., Finding]:
+    """``error``, ``warning``, ``info``: ``(kind, message, **Finding's other fields)``, a finding of that severity."""
+    return lambda kind, message, **kw: Finding(kind, severity, message, **kw)
 
 
-def warning(kind: str, message: str, **kw) -> Finding:
-    return Finding(kind, Severity.WARNING, message, **kw)
-
-
-def info(kind: str, message: str, **kw) -> Finding:
-    return Finding(kind, Severity.INFO, message, **kw)
+error, warning, info = map(_of, Severity)
 
 
 @dataclass
@@ -186,10 +182,7 @@ class Summary:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "store": self.store,
-            "version": self.version,
-            "checks": list(self.checks),
-            "sound": self.sound,
+            "store": self.store, "version": self.version, "checks": list(self.checks), "sound": self.sound,
             "next_start": None if self.next_start is None else self.next_start.as_dict(),
             "commitlog": {"records": self.records, "bytes": self.bytes, "segments": self.segments, "logical_end": self.logical_end,
                           "end_reason": self.end_reason},
