@@ -31,33 +31,9 @@ class BodyEncoding(str, Enum):
 
 
 MESSAGE_FIELDS = (
-    "offset",
-    "phys_offset",
-    "size",
-    "magic_version",
-    "body_crc",
-    "crc_ok",
-    "queue_id",
-    "flag",
-    "queue_offset",
-    "sys_flag",
-    "sys_flag_names",
-    "born_timestamp",
-    "born_host",
-    "store_timestamp",
-    "store_host",
-    "reconsume_times",
-    "prepared_transaction_offset",
-    "body_length",
-    "topic",
-    "properties",
-    "tags",
-    "keys",
-    "uniq_key",
-    "msg_id",
-    "transaction_type",
-    "tags_code",
-    "body",
+    "offset", "phys_offset", "size", "magic_version", "body_crc", "crc_ok", "queue_id", "flag", "queue_offset", "sys_flag",
+    "sys_flag_names", "born_timestamp", "born_host", "store_timestamp", "store_host", "reconsume_times", "prepared_transaction_offset",
+    "body_length", "topic", "properties", "tags", "keys", "uniq_key", "msg_id", "transaction_type", "tags_code", "body",
 )
 CONSUME_QUEUE_FIELDS = ("topic", "queue_id", "queue_offset", "phys_offset", "size", "tags_code", "filler")
 BATCH_UNIT_FIELDS = ("topic", "queue_id", "position", "phys_offset", "size", "tags_code", "store_time", "msg_base_offset", "batch_size", "compacted_offset", "reserved", "valid")

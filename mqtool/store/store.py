@@ -253,41 +253,30 @@ class Store:
             after = stray_after(empty, files, strays)  # no last entry: 5.1.3+ refuse it too
             deleted = "5.1.3+ brokers delete it at load" if after is None else (
                 f"5.1.3+ brokers delete it at load only as the folder's last entry, but {after.path.name}, {after.what}, sorts after it")
-            problems.append(FileProblem(
-                EMPTY_LAST_SEGMENT, empty,
-                f"{empty.name}: a zero-length last segment, left out: {deleted}, 3.2.6-4.4.0 and 4.9.2 "
-                "leave it out and start, the other versions refuse to start (\"length not matched message store config value\")",
-                expected, 0, after,
-            ))
+            problems.append(FileProblem(EMPTY_LAST_SEGMENT, empty, f"{empty.name}: a zero-length last segment, left out: {deleted}, 3.2.6-4.4.0 "
+                                        "and 4.9.2 leave it out and start, the other versions refuse to start (\"length not matched message "
+                                        "store config value\")", expected, 0, after))
         for base, p, size in sizes:
             if size != expected:
-                problems.append(FileProblem(
-                    SEGMENT_SIZE, p,
-                    f"{p.name}: {size} bytes, expected {expected or 'the configured size'} like the other segments: the broker logs \"length not matched "
-                    "message store config value, please check it manually\" and refuses to start (3.2.6-4.4.0 and 4.9.2 leave it and every later file out "
-                    "and start); mqtool leaves it out",
-                    expected, size,
-                ))
+                problems.append(FileProblem(SEGMENT_SIZE, p, f"{p.name}: {size} bytes, expected {expected or 'the configured size'} like the other "
+                                            "segments: the broker logs \"length not matched message store config value, please check it manually\" and "
+                                            "refuses to start (3.2.6-4.4.0 and 4.9.2 leave it and every later file out and start); mqtool leaves it out",
+                                            expected, size))
             elif base % expected:
-                problems.append(FileProblem(
-                    SEGMENT_NAME, p,
-                    f"{p.name}: not a multiple of the segment size {expected}, so it is no commit log segment the broker "
-                    "can place (\"[BUG]The mappedFile queue's data is damaged\"); mqtool leaves it out",
-                    f"a multiple of {expected}", base,
-                ))
+                problems.append(FileProblem(SEGMENT_NAME, p, f"{p.name}: not a multiple of the segment size {expected}, so it is no commit log segment "
+                                            "the broker can place (\"[BUG]The mappedFile queue's data is damaged\"); mqtool leaves it out",
+                                            f"a multiple of {expected}", base))
             else:
                 kept.append(Segment(p, base, size))
         for d, (_, entries) in listings.items():  # MappedFileQueue.load lists every entry (rules §2.13): directories, symlinks, any name
             names = [p.name for base, p, _ in sizes if p.parent == d] + ([empty.name] if empty is not None and empty.parent == d else [])
             for entry in entries:
-                problems.append(FileProblem(
-                    STRAY_ENTRY, entry.path,
-                    f"{entry.path.name}: {entry.what} in {d.name}/, which mqtool passes over and the broker's MappedFileQueue.load lists: "
-                    "before 5.1.0 a directory, and in every release a file, of another length than the segments is refused (3.2.6-4.4.0 and 4.9.2 "
-                    "leave it and every later file out), one of the same length is parsed as an offset (Long.parseLong); "
-                    + (unmounted_text(entry.path) if entry.unmounted else "`mqtool repair` moves it out"),
-                    expected, entry.length, entry, any(name > entry.path.name for name in names),
-                ))
+                problems.append(FileProblem(STRAY_ENTRY, entry.path, f"{entry.path.name}: {entry.what} in {d.name}/, which mqtool passes over and the "
+                                            "broker's MappedFileQueue.load lists: before 5.1.0 a directory, and in every release a file, of another "
+                                            "length than the segments is refused (3.2.6-4.4.0 and 4.9.2 leave it and every later file out), one of the "
+                                            "same length is parsed as an offset (Long.parseLong); "
+                                            + (unmounted_text(entry.path) if entry.unmounted else "`mqtool repair` moves it out"),
+                                            expected, entry.length, entry, any(name > entry.path.name for name in names)))
         return cls(root, CommitLog(kept, expected or 1 << 30), config, [], problems)._finish(version)
 
     @classmethod

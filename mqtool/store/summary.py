@@ -136,17 +136,9 @@ def commitlog_summary(store: Store, start: int | None = None) -> dict[str, Any]:
         start = segments[recovery.start_file].base_offset
     else:
         count, end = logical_end(store, start)
-    return {
-        "dirs": sorted({str(s.path.parent) for s in segments}),
-        "file_size": store.commitlog.file_size,
-        "segments": [{"name": s.path.name, "size": s.size} for s in segments],
-        "min_offset": store.commitlog.min_offset,
-        "max_offset": end.offset,
-        "scan_from": start,
-        "messages_scanned": count,
-        "end_reason": end.reason,
-        "end_detail": end.detail,
-    }
+    return {"dirs": sorted({str(s.path.parent) for s in segments}), "file_size": store.commitlog.file_size,
+            "segments": [{"name": s.path.name, "size": s.size} for s in segments], "min_offset": store.commitlog.min_offset,
+            "max_offset": end.offset, "scan_from": start, "messages_scanned": count, "end_reason": end.reason, "end_detail": end.detail}
 
 
 def queue_summaries(store: Store) -> list[dict[str, Any]]:
@@ -156,17 +148,9 @@ def queue_summaries(store: Store) -> list[dict[str, Any]]:
     for queue in store.consume_queues:
         recovered = queue.recover()
         min_offset = queue.corrected_min_offset(cl_min, recovered.end, v5=v5)
-        rows.append(
-            {
-                "topic": queue.topic,
-                "queue_id": queue.queue_id,
-                "min_offset": min_offset,
-                "max_offset": recovered.max_offset,
-                "messages": max(recovered.max_offset - min_offset, 0),
-                "files": len(queue.files),
-                "max_phys_offset": recovered.max_phys_offset,
-            }
-        )
+        rows.append({"topic": queue.topic, "queue_id": queue.queue_id, "min_offset": min_offset, "max_offset": recovered.max_offset,
+                     "messages": max(recovered.max_offset - min_offset, 0), "files": len(queue.files),
+                     "max_phys_offset": recovered.max_phys_offset})
     return rows
 
 
@@ -218,15 +202,9 @@ def store_summary(store: Store, scan_from: int | None = None) -> dict[str, Any]:
         "lock_directory": lock_kind == A_DIRECTORY,  # ``nextstart.open_refusal``
         # a FIFO, socket or device node (``liveness.lock_holder`` never waits on it)
         "lock_special": lock_kind in (A_SOCKET, A_SPECIAL),
-        "checkpoint": None
-        if cp is None
-        else {**cp._asdict(), "min_timestamp": cp.min_timestamp, "used_bytes": store.checkpoint_used_bytes},
+        "checkpoint": None if cp is None else {**cp._asdict(), "min_timestamp": cp.min_timestamp, "used_bytes": store.checkpoint_used_bytes},
         "checkpoint_file": None if cp is not None or store.root is None else checkpoint_absent(store),
-        "commitlog": commitlog,
-        "topics": topics,
-        "queues": queues,
-        "batch_queues": batch_queue_summaries(store),
-        "index": index_summary(store),
+        "commitlog": commitlog, "topics": topics, "queues": queues, "batch_queues": batch_queue_summaries(store), "index": index_summary(store),
         "dledger": dledger_summary(store) if store.is_dledger else None,
         "notes": [*store.notes, *([store.checkpoint_size_problem] if store.checkpoint_size_problem else []), *unreadable_index_notes(store),
                   *unchecked_parts(store.root), *unmounted_notes(store)],
@@ -279,27 +257,13 @@ def dledger_summary(store: Store) -> dict[str, Any]:
     index_files = layout.index_files()
     units = sum(1 for _ in cl.index_units())
     currterm = layout.currterm or {}
-    return {
-        "home": str(layout.home),
-        "self_id": layout.self_id,
-        "data_files": len(files),
-        "data_file_size": cl.file_size,
-        "divided_offset": cl.divided_offset,
-        "first_index": first_index,
-        "last_index": last_index,
-        "last_term": recovery.last_term,
-        "entries": last_index - first_index + 1 if first_index is not None and last_index >= 0 else 0,
-        "end_offset": recovery.end.offset,
-        "end_reason": recovery.end.reason,
-        "committed_index": layout.committed_index,
-        "end_index": layout.end_index,
-        "committed_pos": recovery.committed_pos,  # DLedger's, after its recovery (updateCommittedIndex)
-        "current_term": currterm.get("currTerm"),
-        "vote_leader": currterm.get("voteLeader"),
-        "index_files": len(index_files),
-        "index_file_size": index_files[0][1].stat().st_size if index_files else None,
-        "index_units": units,
-    }
+    return {"home": str(layout.home), "self_id": layout.self_id, "data_files": len(files), "data_file_size": cl.file_size,
+            "divided_offset": cl.divided_offset, "first_index": first_index, "last_index": last_index, "last_term": recovery.last_term,
+            "entries": last_index - first_index + 1 if first_index is not None and last_index >= 0 else 0,
+            "end_offset": recovery.end.offset, "end_reason": recovery.end.reason, "committed_index": layout.committed_index,
+            "end_index": layout.end_index, "committed_pos": recovery.committed_pos,  # DLedger's, after its recovery (updateCommittedIndex)
+            "current_term": currterm.get("currTerm"), "vote_leader": currterm.get("voteLeader"), "index_files": len(index_files),
+            "index_file_size": index_files[0][1].stat().st_size if index_files else None, "index_units": units}
 
 
 def given_version_doc(store: Store) -> dict[str, Any]:
@@ -316,11 +280,7 @@ def version_doc(guess) -> dict[str, Any]:
     and, while several eras remain, the planning rules that would decide between them."""
     candidates = list(guess.candidates)
     deciding = sorted({r for c in candidates[1:] for r in rules_deciding(candidates[0], c)})
-    return {
-        "version": str(guess.version) if guess.version else None,
-        "label": str(guess),
-        "eras": [{"era": e.name, "releases": e.releases, "distinct": e.distinct} for e in guess.eras],
-        "candidates": [str(c) for c in candidates] if guess.version is None else [],
-        "deciding_rules": deciding if guess.version is None else [],
-        "evidence": guess.evidence,
-    }
+    return {"version": str(guess.version) if guess.version else None, "label": str(guess),
+            "eras": [{"era": e.name, "releases": e.releases, "distinct": e.distinct} for e in guess.eras],
+            "candidates": [str(c) for c in candidates] if guess.version is None else [],
+            "deciding_rules": deciding if guess.version is None else [], "evidence": guess.evidence}
