@@ -70,15 +70,9 @@ def broker_name_for(path: Path) -> str:
     return directory.name or str(directory)
 
 
-def resolve_inputs(
-    paths: Sequence[str | Path],
-    broker_names: Sequence[str] | None = None,
-    *,
-    broker_config: str | Path | None = None,
-    broker_versions: Sequence[str | None] | None = None,
-    from_offset: int | None = None,
-    to_offset: int | None = None,
-) -> list[BrokerInput]:
+def resolve_inputs(paths: Sequence[str | Path], broker_names: Sequence[str] | None = None, *, broker_config: str | Path | None = None,
+                   broker_versions: Sequence[str | None] | None = None, from_offset: int | None = None, to_offset: int | None = None
+                   ) -> list[BrokerInput]:
     """Open every PATH read-only and group its segments by broker (absolute paths throughout); each
     broker's records read from ``from_offset`` (the record there or the next) up to ``to_offset``."""
     if not paths:
@@ -118,10 +112,8 @@ def resolve_inputs(
                 seg = Segment(Path(os.path.abspath(seg.path)), seg.base_offset, seg.size, seg.entries)
                 other = entry["segments"].get(seg.base_offset)
                 if other is not None and other.path != seg.path:
-                    raise UsageError(
-                        f"broker {broker!r}: {other.path} and {seg.path} both hold segment {seg.base_offset}; "
-                        "name the brokers with --broker-name (one per PATH)"
-                    )
+                    raise UsageError(f"broker {broker!r}: {other.path} and {seg.path} both hold segment {seg.base_offset}; "
+                                     "name the brokers with --broker-name (one per PATH)")
                 entry["segments"][seg.base_offset] = seg
     inputs = []
     for broker, e in grouped.items():

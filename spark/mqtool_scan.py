@@ -51,10 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import mqtool  # noqa: F401
     except ImportError:
-        print(
-            "mqtool-scan: error: this Python cannot import mqtool: install it (pip install -e '.[spark]')",
-            file=sys.stderr,
-        )
+        print("mqtool-scan: error: this Python cannot import mqtool: install it (pip install -e '.[spark]')", file=sys.stderr)
         return 3
     if not args.paths or not args.output:
         parser().error("PATH and --output are required")

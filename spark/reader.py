@@ -62,11 +62,8 @@ class ScanTask:
 def plan_tasks(inputs: Sequence[BrokerInput], split_size: int | None = None, keep_going: bool = False) -> list[ScanTask]:
     """Every broker's splits in offset order (the data source's partitions, in this order); ``keep_going``:
     they read past every damaged range, and those of a DLedger store past the damage its broker keeps (``Split.resume``)."""
-    return [
-        ScanTask(b.broker, split, b.legacy_properties, b.delay_levels)
-        for b in inputs
-        for split in plan_splits(b.segments, split_size, b.resume_before, b.start, b.stop, keep_going, b.served)
-    ]
+    return [ScanTask(b.broker, split, b.legacy_properties, b.delay_levels)
+            for b in inputs for split in plan_splits(b.segments, split_size, b.resume_before, b.start, b.stop, keep_going, b.served)]
 
 
 def read_messages(task: ScanTask, body: BodyEncoding = BodyEncoding.none, *, columns=None,

@@ -64,16 +64,9 @@ class ScanOptions:
         number = lambda name: int(options[name]) if options.get(name) not in (None, "") else None  # noqa: E731
         self.from_offset, self.to_offset = number("fromOffset"), number("toOffset")
         self.keep_going = str(options.get("keepGoing", "false")).lower() == "true"
-        self.filter = MessageFilter(
-            topics=tuple(_list_option(options, "topics") or ()),
-            queue=number("queue"),
-            since=number("since"),
-            until=number("until"),
-            tag=options.get("tag"),
-            key=options.get("key"),
-            uniq_key=options.get("uniqKey"),
-            msg_id=options.get("msgId"),
-        )
+        self.filter = MessageFilter(topics=tuple(_list_option(options, "topics") or ()), queue=number("queue"), since=number("since"),
+                                    until=number("until"), tag=options.get("tag"), key=options.get("key"), uniq_key=options.get("uniqKey"),
+                                    msg_id=options.get("msgId"))
 
 
 class RocketMQDataSource(DataSource):

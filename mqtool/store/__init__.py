@@ -11,14 +11,4 @@ from .index import IndexFile, query_offsets
 from .store import Store
 from .version import BrokerVersion
 
-__all__ = [
-    "BrokerVersion",
-    "ConsumeQueue",
-    "IndexFile",
-    "ScanEnd",
-    "Segment",
-    "Store",
-    "StoreConfig",
-    "load_broker_config",
-    "query_offsets",
-]
+__all__ = ["BrokerVersion", "ConsumeQueue", "IndexFile", "ScanEnd", "Segment", "Store", "StoreConfig", "load_broker_config", "query_offsets"]

@@ -102,16 +102,11 @@ def load_broker_config(path: Path) -> StoreConfig:
         cq_size = -(-cq_size // 20) * 20  # getMappedFileSizeConsumeQueue rounds up to units
     timer_size = _size(conf, "mappedFileSizeTimerLog")  # TimerMessageStore's TimerLog size, as given (5.0.0-5.3.3)
     return StoreConfig(
-        store_root=root,
-        commitlog_dirs=commitlog_dirs,
-        commitlog_file_size=_size(conf, "mappedFileSizeCommitLog", "mapedFileSizeCommitLog"),
-        consume_queue_file_size=cq_size,
-        hash_slot_num=_size(conf, "maxHashSlotNum", what="index size", written="index entry"),
+        store_root=root, commitlog_dirs=commitlog_dirs, commitlog_file_size=_size(conf, "mappedFileSizeCommitLog", "mapedFileSizeCommitLog"),
+        consume_queue_file_size=cq_size, hash_slot_num=_size(conf, "maxHashSlotNum", what="index size", written="index entry"),
         index_num=_size(conf, "maxIndexNum", what="index size", written="index entry"),
-        message_index_enable=_bool(conf, "messageIndexEnable", True),
-        message_index_safe=_bool(conf, "messageIndexSafe", False),
-        check_crc_on_recover=_bool(conf, "checkCRCOnRecover", True),
-        timer_log_file_size=DEFAULT_LOG_FILE_SIZE if timer_size is None else timer_size,
+        message_index_enable=_bool(conf, "messageIndexEnable", True), message_index_safe=_bool(conf, "messageIndexSafe", False),
+        check_crc_on_recover=_bool(conf, "checkCRCOnRecover", True), timer_log_file_size=DEFAULT_LOG_FILE_SIZE if timer_size is None else timer_size,
         delay_levels=conf.get("messageDelayLevel", DEFAULT_DELAY_LEVELS),
         enable_multi_dispatch=_bool(conf, "enableMultiDispatch", False),  # MessageStoreConfig's default: off
         reput_notifies=bool(_bool(conf, "longPollingEnable", True)) and conf.get("brokerRole") != "SLAVE",

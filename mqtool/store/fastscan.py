@@ -39,15 +39,8 @@ POS_PHYS_OFFSET = _V4.offset_of("phys_offset")
 BORN_V6 = int(fmt.SysFlag.BORNHOST_V6)
 PROPS_LEN = fmt.PROPERTIES_LENGTH.size
 
-CODE_REASONS = {
-    END_ZEROS: StopReason.ZEROS,
-    END_CORRUPT: StopReason.CORRUPT,
-    END_TRUNCATED: StopReason.TRUNCATED,
-    END_LENGTH_MISMATCH: StopReason.LENGTH_MISMATCH,
-    END_CRC: StopReason.CRC,
-    END_SEGMENT: StopReason.SEGMENT_END,
-    END_LIMIT: StopReason.LIMIT,
-}
+CODE_REASONS = {END_ZEROS: StopReason.ZEROS, END_CORRUPT: StopReason.CORRUPT, END_TRUNCATED: StopReason.TRUNCATED, END_LENGTH_MISMATCH: StopReason.LENGTH_MISMATCH,
+                END_CRC: StopReason.CRC, END_SEGMENT: StopReason.SEGMENT_END, END_LIMIT: StopReason.LIMIT}
 
 
 def as_array(buf) -> np.ndarray:

@@ -153,10 +153,9 @@ def infer_index_geometry(path: Path) -> IndexGeometry:
             if count <= 1 or count <= entries and _geometry_fits(mf.buf, slots, count):  # count <= 1: nothing written, any geometry fits
                 return IndexGeometry(slots, entries)
     slots, entries = fmt.DEFAULT_GEOMETRY
-    raise BadStoreFile(
-        f"{path}: cannot infer maxHashSlotNum/maxIndexNum from the file (no geometry its size allows fits its entries); pass --broker-config with the "
-        f"broker.conf that sets them (the defaults, {slots} and {entries}, make files of {fmt.index_file_size(slots, entries)} bytes)"
-    )
+    raise BadStoreFile(f"{path}: cannot infer maxHashSlotNum/maxIndexNum from the file (no geometry its size allows fits its entries); pass "
+                       f"--broker-config with the broker.conf that sets them (the defaults, {slots} and {entries}, make files of "
+                       f"{fmt.index_file_size(slots, entries)} bytes)")
 
 
 def store_index_geometry(paths: list[Path]) -> IndexGeometry | None:

@@ -76,14 +76,8 @@ def sys_flag_names(sys_flag: int) -> list[str]:
     return [flag.name for flag in clfmt.SysFlag if sys_flag & flag and not flag.name.startswith("COMPRESSION")]
 
 
-def message_dict(
-    record: clfmt.CommitLogRecord,
-    body: BodyEncoding = BodyEncoding.none,
-    *,
-    decompress: bool = False,
-    legacy_properties: bool = False,
-    delay_table=DEFAULT_DELAY_TABLE,
-) -> dict[str, Any]:
+def message_dict(record: clfmt.CommitLogRecord, body: BodyEncoding = BodyEncoding.none, *, decompress: bool = False, legacy_properties: bool = False,
+                 delay_table=DEFAULT_DELAY_TABLE) -> dict[str, Any]:
     """A message record as the documented JSON object."""
     props = record.property_map(legacy=legacy_properties)
     topic = record.topic_name
@@ -92,19 +86,10 @@ def message_dict(
     except CorruptRecord:
         tags_code = None
     raw_body = inflate_body(record.body, record.sys_flag, record.offset) if decompress and body is not BodyEncoding.none else record.body
-    computed = {
-        "size": record.total_size,
-        "crc_ok": record.crc_ok(),
-        "sys_flag_names": sys_flag_names(record.sys_flag),
-        "topic": topic,
-        "properties": props,
-        "tags": props.get(PropertyKey.TAGS),
-        "keys": split_keys(props.get(PropertyKey.KEYS)),
-        "uniq_key": props.get(PropertyKey.UNIQ_KEY),
-        "transaction_type": record.transaction_type.name,
-        "tags_code": tags_code,
-        "body": encode_body(raw_body, body),
-    }
+    computed = {"size": record.total_size, "crc_ok": record.crc_ok(), "sys_flag_names": sys_flag_names(record.sys_flag), "topic": topic,
+                "properties": props, "tags": props.get(PropertyKey.TAGS), "keys": split_keys(props.get(PropertyKey.KEYS)),
+                "uniq_key": props.get(PropertyKey.UNIQ_KEY), "transaction_type": record.transaction_type.name, "tags_code": tags_code,
+                "body": encode_body(raw_body, body)}
     return {name: computed[name] if name in computed else getattr(record, name) for name in MESSAGE_FIELDS}
 
 

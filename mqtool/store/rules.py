@@ -44,10 +44,8 @@ class BrokerVersion(NamedTuple):
         version = cls(*(parts + [0] * (3 - len(parts))))
         if version in RELEASES or (version[:2] == LAST_RELEASE[:2] and version > LAST_RELEASE):
             return version
-        raise UnknownStoreVersion(
-            f"broker version {version} is not a RocketMQ release mqtool knows (3.2.6 and 4.0.0 to {LAST_RELEASE}; "
-            f"later 5.3.x read as {LAST_RELEASE}): pass the release the broker ran"
-        )
+        raise UnknownStoreVersion(f"broker version {version} is not a RocketMQ release mqtool knows (3.2.6 and 4.0.0 to {LAST_RELEASE}; "
+                                  f"later 5.3.x read as {LAST_RELEASE}): pass the release the broker ran")
 
 
 def _v(text: str) -> BrokerVersion:
