@@ -91,10 +91,7 @@ class CommitLogScan:
     """Iterate valid records from a start offset; afterwards ``end`` says where and why it stopped."""
 
     def __init__(self, commitlog: "CommitLog", start: int, stop: int | None, check_crc: bool):
-        self.commitlog = commitlog
-        self.start = start
-        self.stop = stop
-        self.check_crc = check_crc
+        self.commitlog, self.start, self.stop, self.check_crc = commitlog, start, stop, check_crc
         self.end: ScanEnd | None = None
         self.blanks: list[fmt.BlankRecord] = []
 

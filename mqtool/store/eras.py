@@ -42,10 +42,3 @@ def candidate_groups(store: Store) -> dict[Any, list]:
     for era in store.version_guess.eras:
         groups[by_key[planning_key(era.representative, relevant)]].append(era)
     return groups
-
-
-def distinct_candidates(store: Store) -> list:
-    """One candidate (the newest) per set of variants of the rules that can change this store's plan."""
-    return list(candidate_groups(store))
-
-

@@ -71,9 +71,7 @@ class FastScan:
         self.commitlog = commitlog
         self.release_behind = release_behind  # drop pages already walked from this process (bounded RSS)
         self.start = commitlog.min_offset if start is None else start
-        self.stop = stop
-        self.check_crc = check_crc
-        self.stop_on_crc = stop_on_crc
+        self.stop, self.check_crc, self.stop_on_crc = stop, check_crc, stop_on_crc
         self.out = np.empty((batch, N_COLS), dtype=np.int64)
         self.batch_bytes = batch_bytes
         self.end: ScanEnd | None = None

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from ..formats import timer as tfmt
 from .commitlog import CommitLog, ScanEnd, StopReason
-from .eras import distinct_candidates
+from .eras import candidate_groups
 from .mappedfile import DELETED, INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, open_read_only, unmounted_text, stray_after
 from .mappedfile import StrayEntry
 from .rules import ERAS, VersionRules
@@ -168,8 +168,6 @@ def ends_before(store: Store, spans: list[tuple[int, int]]) -> list[Cut | None]:
 
         end = data_recovery(store.commitlog).end
         return [Cut(end, "") if offset + size > end.offset else None for offset, size in spans]
-    from .eras import candidate_groups
-
     groups = {store.version: []} if store.version is not None else candidate_groups(store)
     starts = {c: recovery_start(store, VersionRules(c)).offset for c in groups}
     last, stop = max(offset for offset, _ in spans), max(offset + size for offset, size in spans)
@@ -214,7 +212,7 @@ def dledger_next_start(store: Store) -> NextStart:
     functions (``recovery.dledger.DLedgerLog``)."""
     from .dledgerstart import data_recovery, dledger_start
 
-    version = store.version if store.version is not None else distinct_candidates(store)[0]  # the newest era left, the one the planners keep
+    version = store.version if store.version is not None else list(candidate_groups(store))[0]  # the newest era left, the one the planners keep
     why, wheel = log_refusals(store)  # a mixed store's commitlog/: DLedgerCommitLog.load (super.load()) runs before DLedger's load
     dl = data_recovery(store.commitlog)
     if why is not None:
@@ -288,7 +286,7 @@ def start_of(store: Store) -> ScanStart | None:
         return None
     if store.version is not None:
         return recovery_start(store, VersionRules(store.version))
-    candidates = distinct_candidates(store)
+    candidates = list(candidate_groups(store))  # one per set of variants of the rules that can change its plan, newest first
     starts = [recovery_start(store, VersionRules(c)) for c in candidates]
     others = sorted({s.offset for s in starts[1:]} - {starts[0].offset})
     if not others:

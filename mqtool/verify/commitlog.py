@@ -189,10 +189,7 @@ class CommitLogCheck:
         self._resume: int | None = None  # where valid records resume after that damage
         self.commitlog = store.commitlog
         self.start = self.commitlog.min_offset if start is None else start
-        self.stop = stop
-        self.jobs = jobs
-        self.keep_going = keep_going
-        self.progress = progress
+        self.stop, self.jobs, self.keep_going, self.progress = stop, jobs, keep_going, progress
         self.result = CommitLogResult()
         self.crashed = store.abort_present
         self.notes: list[str] = []

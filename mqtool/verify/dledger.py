@@ -216,9 +216,7 @@ class DLedgerLogCheck:
         self.store = store
         self.commitlog: DLedgerCommitLog = store.commitlog
         self.start = self.commitlog.min_offset if start is None else start
-        self.stop = stop
-        self.keep_going = keep_going
-        self.progress = progress
+        self.stop, self.keep_going, self.progress = stop, keep_going, progress
         self.shown = self.start  # where the last progress report reached
         self.result = CommitLogResult()
         self.notes: list[str] = []

@@ -28,9 +28,7 @@ class Verification:
     """One verification run over an opened store."""
 
     def __init__(self, store: Store, options: VerifyOptions = VerifyOptions(), progress: Progress | None = None):
-        self.store = store
-        self.options = options
-        self.progress = progress
+        self.store, self.options, self.progress = store, options, progress
         self.summary = Summary(
             store=str(store.root) if store.root is not None else str(store.commitlog.segments[0].path.parent) if store.commitlog.segments else None,
             version=str(store.version_guess), checks=tuple(c for c in CHECKS if c in options.checks))
