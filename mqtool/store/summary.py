@@ -13,7 +13,7 @@ from typing import Any
 
 from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from ..formats.markers import LOCK_FILE
-from .commitlog import ScanEnd, StopReason
+from .commitlog import ScanEnd
 from .index import list_index_files
 from .layout import unchecked_parts
 from .rules import rules_deciding
@@ -41,7 +41,7 @@ def logical_end(store: Store, start: int, stop: int | None = None) -> tuple[int,
             if count >= SCHEMA_SCAN_RECORDS:
                 break
         else:
-            if scan.end.reason in (StopReason.ZEROS, StopReason.BLANK_LAST, StopReason.NO_SEGMENTS, StopReason.LIMIT):
+            if scan.end.is_clean:
                 return count, scan.end
             count, resume = 0, start  # damage: the compiled walk words the end
     walked, end = compiled_end(store, resume, stop=stop)
