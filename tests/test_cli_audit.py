@@ -807,6 +807,25 @@ def test_verify_of_a_store_that_is_not_sound_names_the_commands_that_plan_what_n
     assert "next:" not in run("verify", copy_store("4.9.7", "clean-small", tmp_path / "clean")).stdout
 
 
+def test_verify_of_a_half_applied_store_names_the_commands_that_finish_or_undo_it(tmp_path, monkeypatch):
+    """Before: `verify -q` of a store an interrupted `recover --yes` left half-changed ended with "next:
+    `mqtool recover STORE` ..., `mqtool repair STORE` ...", two commands that refuse such a store (exit 4),
+    and (-q) no word of the interrupted apply: its next line now names the two that work."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "broker a")
+    before = tree(store)
+    ctrl_c_after_the_first_file_operation(monkeypatch)
+    error_line(run("recover", store, "--yes", "--backup-dir", tmp_path / "my backup"), 130)
+    monkeypatch.setattr(executor, "durability_point", lambda label: None)
+    shown = run("-q", "verify", store, env={"COLUMNS": "100"})
+    assert shown.exit_code == 1 and shown.stderr == ""
+    tail = " ".join(shown.stdout[shown.stdout.index("the store is NOT sound") :].split())
+    assert "shows what the broker's next start will do" not in tail and tail.count("next: ") == 1, tail
+    finish, undo = (shlex.split(part) for part in re.findall(r"run `([^`]*)` to finish it, or undo it with: (.*)$", tail)[0])
+    assert finish == ["mqtool", "recover", str(store), "--yes"] and undo == ["mqtool", "restore", str(tmp_path / "my backup"), "--yes"]
+    assert run("recover", store).exit_code == 4  # what it said before: refused until the apply is finished or undone
+    assert run(*undo[1:]).exit_code == 0 and tree(store) == before
+
+
 def test_a_broker_config_that_sets_nothing_mqtool_reads_is_said_to(tmp_path):
     """``--broker-config /etc/passwd`` (the wrong file) went by in silence: the store's own files
     decided and nothing said the file was not a broker.conf. A file with a setting mqtool reads

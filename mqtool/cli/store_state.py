@@ -53,25 +53,34 @@ def stopped_repair_line(root: Path, stopped: dict) -> str:
             f"run `mqtool repair {shell_path(root)}{version} --yes` again to finish it, or `mqtool restore {shell_path(stopped['backup'])} --yes` to undo it")
 
 
+def unfinished_lines(root: Path, state: dict) -> list[str]:
+    """What an interrupted restore, ``repair`` or apply left in the store at ``root`` (``store_state``), each
+    line with the commands that finish or undo it: until then the repair commands refuse the store."""
+    pending, stopped = state["interrupted_apply"], state["interrupted_repair"]
+    restoring = pending is not None and restore_interrupted(Path(pending))
+    lines = []
+    if restoring:
+        from ..apply.backup import unfinished_restore_line
+
+        lines.append(unfinished_restore_line(Path(pending)))
+    elif stopped is not None:
+        lines.append(stopped_repair_line(root, stopped))
+    a_stage = stopped is not None and pending is not None and Path(pending).parent == Path(stopped["backup"])
+    if pending is not None and not restoring and not a_stage:  # a stage cut short is finished or undone with its repair
+        from ..apply.backup import interrupted_apply_ways
+
+        lines.append(f"an apply on this store was interrupted (backup {pending}): the store is half-repaired; {interrupted_apply_ways(root, Path(pending))}")
+    return lines
+
+
 def warn_store_state(root: Path | None) -> dict:
     """Note what a reader of the store at ``root`` is told first (``store_state``) on stderr; returns the
     state (empty for a bare commitlog folder)."""
     if root is None:
         return {"lock_holder": None, "interrupted_apply": None, "interrupted_repair": None, "leftover_files": []}
     state = store_state(root)
-    pending, stopped = state["interrupted_apply"], state["interrupted_repair"]
-    restoring = pending is not None and restore_interrupted(Path(pending))
-    if restoring:
-        from ..apply.backup import unfinished_restore_line
-
-        note(unfinished_restore_line(Path(pending)))
-    elif stopped is not None:
-        note(stopped_repair_line(root, stopped))
-    a_stage = stopped is not None and pending is not None and Path(pending).parent == Path(stopped["backup"])
-    if pending is not None and not restoring and not a_stage:  # a stage cut short is finished or undone with its repair
-        from ..apply.backup import interrupted_apply_ways
-
-        note(f"an apply on this store was interrupted (backup {pending}): the store is half-repaired; {interrupted_apply_ways(root, Path(pending))}")
+    for line in unfinished_lines(root, state):
+        note(line)
     if state["lock_holder"] is not None:
         note(f"pid {state['lock_holder']} holds the store's lock (a running broker?): it may be writing while mqtool reads: "
              "what lies near the end of the log and of the queues may change")

@@ -17,7 +17,7 @@ from ..verify import CHECKS, FINDING_FIELDS, Summary, VerifyOptions
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, ProgressOpt, guarded, note, open_store, shell_path, silence_stdout
 from .output import OutputFormat, Screen, emit_rows
 from .progress import StageProgress
-from .store_state import warn_store_state
+from .store_state import unfinished_lines, warn_store_state
 
 Check = enum.Enum("Check", {c: c for c in CHECKS}, type=str)
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -43,8 +43,10 @@ def _counted(count: int, word: str, words: str = "") -> str:
     return f"{count} {word if count == 1 else words or word + 's'}"
 
 
-def _render_summary(console: Screen, s: dict[str, Any], root: Path | None, window: str = "") -> None:
-    """The summary; on a store directory that is not sound, the commands that plan what to do next.
+def _render_summary(console: Screen, s: dict[str, Any], root: Path | None, window: str = "", unfinished: list[str] = ()) -> None:
+    """The summary; on a store directory that is not sound, the commands that plan what to do next, or, where an
+    apply, restore or ``repair`` was interrupted (``unfinished``, ``store_state.unfinished_lines``), those that
+    finish or undo it: the repair commands refuse the store until then (said even with ``-q``).
     ``window``: the commit log range checked (``--from-offset``/``--to-offset``), which the verdict holds for."""
     cl, checks = s["commitlog"], s["checks"]
     rate = s["throughput_bytes_per_s"] / 1e6
@@ -71,13 +73,15 @@ def _render_summary(console: Screen, s: dict[str, Any], root: Path | None, windo
         console.print("  [bold green]sound in the range checked[/]" if s["sound"] else "  [bold red]the store is NOT sound[/]")
     else:
         console.print("  [bold green]the store is sound[/]" if s["sound"] else "  [bold red]the store is NOT sound[/]")
-    if not s["sound"] and root is not None:
+    for line in unfinished:
+        console.print(f"  next: {escape(line)}")
+    if not s["sound"] and root is not None and not unfinished:
         store = escape(shell_path(root))
         console.print(f"  next: `mqtool recover {store}` shows what the broker's next start will do, `mqtool repair {store}` "
                       "what makes the store sound (plans: nothing changes without --yes)")
 
 
-def _emit(findings, fmt: OutputFormat, summary: Summary, root: Path | None, window: str = "") -> None:
+def _emit(findings, fmt: OutputFormat, summary: Summary, root: Path | None, window: str = "", unfinished: list[str] = ()) -> None:
     out = sys.stdout
     if fmt is OutputFormat.table:
         console, findings, held = Screen(out), iter(findings), []  # the next-start line leads: findings are held until it is known
@@ -87,7 +91,7 @@ def _emit(findings, fmt: OutputFormat, summary: Summary, root: Path | None, wind
             console.print(f"[bold]{escape(summary.next_start.line())}[/]")
         for finding in itertools.chain(held, findings):
             _render_finding(console, finding.as_dict())
-        _render_summary(console, summary.as_dict(), root, window)
+        _render_summary(console, summary.as_dict(), root, window, unfinished)
     elif fmt is OutputFormat.json:
         out.write('{"findings": [')
         for i, finding in enumerate(findings):
@@ -134,7 +138,7 @@ def verify(
     checks = tuple(c.value for c in only) if only else CHECKS
     options = VerifyOptions(checks=checks, from_offset=from_offset, to_offset=to_offset, jobs=jobs, keep_going=keep_going)
     with open_store(store, broker_config, broker_version) as opened:
-        warn_store_state(opened.root)
+        unfinished = unfinished_lines(opened.root, warn_store_state(opened.root)) if opened.root is not None else []
         from ..verify.verification import Verification
 
         bars = StageProgress(progress)
@@ -147,7 +151,7 @@ def verify(
         checked = findings()
         try:
             window = "" if from_offset is None and to_offset is None else f"[{from_offset or 0}, {'end' if to_offset is None else to_offset})"
-            _emit(checked, fmt, run.summary, opened.root, window)
+            _emit(checked, fmt, run.summary, opened.root, window, unfinished)
         except BrokenPipeError:  # `| head`: the reader is gone, the verdict is still the exit code: checked to the end, unsaid
             silence_stdout()
             for _ in checked:
