@@ -256,6 +256,20 @@ def test_salvage_and_query_are_tables_at_100_columns():
     assert all(c[-1] == "TopicTest" and h["msg_id"] in c for c, h in zip(shown, hits))
 
 
+def test_query_and_salvage_tables_show_the_body_asked_for():
+    """Before: `query key|uniq-key|msg-id|offset ... --body utf8` (msg-id's own --help example) and `salvage --body`
+    printed their tables without the body, and without a word; JSON carried it. `dump` showed it."""
+    store = store_path("5.3.3", "clean-small")
+    msg = next(x for x in manifest("5.3.3", "clean-small")["messages"] if x["keys"] and x["topic"] == "TopicTest")
+    row = json.loads(run("dump", store, "--from-offset", msg["commitLogOffset"], "--limit", 1, "-f", "jsonl", "--body", "sha256").stdout)
+    asks = [("query", "key", store, "TopicTest", msg["keys"][0]), ("query", "uniq-key", store, "TopicTest", row["uniq_key"]),
+            ("query", "msg-id", store, row["msg_id"]), ("query", "offset", store, "TopicTest", row["queue_id"], row["queue_offset"]),
+            ("salvage", store), ("dump", store, "--limit", 1, "--from-offset", row["offset"])]
+    for args in asks:
+        shown = run(*args, "--body", "sha256", env={"COLUMNS": "300"})
+        assert shown.exit_code == 0 and row["body"] in shown.stdout.split(), args
+
+
 # ---- --help at 100 columns ---------------------------------------------------------------------------
 
 MY_COMMANDS = ["verify", "query key", "query uniq-key", "query msg-id", "query offset", "query time", "offsets", "salvage",

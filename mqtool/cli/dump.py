@@ -23,7 +23,7 @@ from ..store.consumequeue import discover_queues, infer_queue_file_size
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, ProgressOpt, SinceOpt, UntilOpt, broker_config_of, guarded, message_of, note, open_store, read_on
-from .output import OutputFormat, emit_batches, emit_document, emit_rows, iso_ms, text_encoder
+from .output import OutputFormat, emit_batches, emit_document, emit_rows, iso_ms, text_encoder, with_body
 
 if TYPE_CHECKING:
     from ..scan.filter import MessageFilter
@@ -124,8 +124,7 @@ def _scan_from(store: Store, start: int | None) -> int:
 
 def _emit_rows(rows: Iterable[dict], fmt: OutputFormat, body: BodyEncoding) -> int:
     """Message rows; in a table ``body`` comes last when ``--body`` asks for it (a long one runs past the edge)."""
-    table = MESSAGE_TABLE if body is BodyEncoding.none else (*MESSAGE_TABLE, "body")
-    return emit_rows(rows, fmt, MESSAGE_FIELDS, table, optional=MESSAGE_TABLE_OPTIONAL)
+    return emit_rows(rows, fmt, MESSAGE_FIELDS, with_body(MESSAGE_TABLE, body), optional=MESSAGE_TABLE_OPTIONAL)
 
 
 def _matching(rows: list[dict], match: MessageFilter) -> list[dict]:
@@ -462,7 +461,7 @@ def dump(
     elif kind == "consumequeue":
         rows = itertools.islice(cq_rows(path, topic, queue, from_offset, to_offset, follow, body), limit)
         if follow and format is OutputFormat.table:
-            columns = CQ_FOLLOW_TABLE if body is BodyEncoding.none else (*CQ_FOLLOW_TABLE, "body")
+            columns = with_body(CQ_FOLLOW_TABLE, body)
             written = emit_rows(map(_followed_cells, rows), format, CONSUME_QUEUE_FIELDS, columns, optional=CQ_FOLLOW_TABLE_OPTIONAL)
         else:
             written = emit_rows(rows, format, CONSUME_QUEUE_FIELDS + (("message",) if follow else ()), CQ_TABLE, optional=CQ_TABLE_OPTIONAL)

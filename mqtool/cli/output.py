@@ -205,6 +205,11 @@ def emit_rows(rows: Iterable[dict[str, Any]], fmt: OutputFormat, fields: Sequenc
     return count
 
 
+def with_body(columns: Sequence[str], body: str) -> tuple[str, ...]:
+    """A message table's ``columns``, with ``body`` last when ``--body`` asks for it (a long one runs past the edge)."""
+    return tuple(columns) if body == "none" else (*columns, "body")
+
+
 def _table_value(value: Any, timed: bool, asked: bool) -> Any:
     if timed and isinstance(value, int):
         return iso_ms(value, zero_unset=not asked)

@@ -14,7 +14,7 @@ from ..formats.timer import TIMER_TOPIC
 from ..store.records import MESSAGE_FIELDS, BodyEncoding, parse_time
 from ..store import Store, lookup
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, SinceOpt, UntilOpt, guarded, message_of, note, open_store
-from .output import OutputFormat, emit_rows
+from .output import OutputFormat, emit_rows, with_body
 
 app = typer.Typer(
     name="query",
@@ -129,7 +129,7 @@ def _key_command(name: str, kind: str, key_arg, max_help: str, max_default: int,
             waiting = _waiting_timer_messages(s, topic, key, kind, max_hits, bounds)
             rows = list(_hit_rows(s, [*result.found, *waiting], body))
             _add_timer_states(s, rows)
-            emit_rows(rows, format, HIT_FIELDS, HIT_TABLE, optional=HIT_TABLE_OPTIONAL, headers=HEADERS)
+            emit_rows(rows, format, HIT_FIELDS, with_body(HIT_TABLE, body), optional=HIT_TABLE_OPTIONAL, headers=HEADERS)
             if not result.matches and not waiting:
                 if s.root is not None and s.path("consumequeue").is_dir() and not s.path("consumequeue", topic).is_dir():
                     note(f"topic {topic} is not in the store (no consumequeue/{topic}/)")
@@ -190,7 +190,7 @@ def query_msg_id(
         if error:
             note(f"offset {decoded.commit_log_offset}: {error}")
         if record is not None or format != OutputFormat.table:  # a table of empty columns says no more than the line
-            emit_rows(_hit_rows(s, found, body), format, HIT_FIELDS, HIT_TABLE, optional=HIT_TABLE_OPTIONAL, headers=HEADERS)
+            emit_rows(_hit_rows(s, found, body), format, HIT_FIELDS, with_body(HIT_TABLE, body), optional=HIT_TABLE_OPTIONAL, headers=HEADERS)
         if record is None:
             raise typer.Exit(EXIT_FINDINGS)
 
@@ -241,7 +241,7 @@ def query_offset(
                 row["error"] = f"the entry leads to a record of {msg['topic']}/{msg['queue_id']} at queue offset {msg['queue_offset']}"
             row.update({k: v for k, v in msg.items() if k not in row})
         _say_why(row, rng)
-        emit_rows([row], format, QUEUE_FIELDS, QUEUE_TABLE, optional=QUEUE_TABLE_OPTIONAL, headers=HEADERS)
+        emit_rows([row], format, QUEUE_FIELDS, with_body(QUEUE_TABLE, body), optional=QUEUE_TABLE_OPTIONAL, headers=HEADERS)
         if record is None:
             raise typer.Exit(EXIT_FINDINGS)
 

@@ -15,7 +15,7 @@ from ..errors import EXIT_FINDINGS, BadInput, UsageError
 from ..store.records import MESSAGE_FIELDS, BodyEncoding
 from ..store.store import SEGMENT_NAME, SEGMENT_SIZE
 from .common import BrokerConfigOpt, BrokerVersionOpt, ProgressOpt, guarded, note, open_store, shell_path, silence_stdout
-from .output import OutputFormat, emit_batches, emit_rows
+from .output import OutputFormat, emit_batches, emit_rows, with_body
 from .progress import ByteProgress
 from .state import State
 from .store_state import warn_store_state
@@ -126,14 +126,15 @@ def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyE
     from ..scan.salvage import SalvageScan
 
     # a table decodes only the columns it shows (and those the new store's writer needs)
-    columns = [c for c in MESSAGE_FIELDS if format is not SalvageFormat.table or c in TABLE or (writer is not None and c in DISPATCH)]
+    shown = with_body(TABLE, body)
+    columns = [c for c in MESSAGE_FIELDS if format is not SalvageFormat.table or c in shown or (writer is not None and c in DISPATCH)]
     with ByteProgress(store.commitlog.min_offset, store.commitlog.end_of_files, enabled=progress, desc="salvage") as bar:
         scan = SalvageScan(store, columns=columns, body=body, include_stale=include_stale, progress=bar.advance, batch=BATCH)
         if format is SalvageFormat.parquet:
             _parquet(scan, out, writer, store)
             return scan, scan.next_start
         fields = MESSAGE_FIELDS + ("status",) + (NEW_FIELDS if writer else ())
-        table = TABLE[:-1] + (("new_offset",) if writer else ()) + TABLE[-1:]
+        table = TABLE[:-1] + (("new_offset",) if writer else ()) + shown[len(TABLE) - 1 :]
         fmt = OutputFormat(format.value)
         with open(out, "w", encoding="utf-8", newline="") if out is not None else contextlib.nullcontext(sys.stdout) as stream:
             if writer is None and fmt is not OutputFormat.table:  # the compiled text encoder: dump's speed
