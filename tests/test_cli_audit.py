@@ -840,6 +840,26 @@ def test_verify_of_a_half_applied_store_names_the_commands_that_finish_or_undo_i
     assert run(*undo[1:]).exit_code == 0 and tree(store) == before
 
 
+def test_verify_of_a_store_whose_next_start_drops_messages_names_the_salvage_that_saves_them_first(tmp_path):
+    """Before: on a store whose next start cuts valid messages (a body byte flipped in the third-from-last
+    segment), `verify`'s next line named `recover` and `repair`, whose --yes zeroes those messages, and not
+    `salvage`, which reads them only before that (1017 of the 1018, the damaged one aside; after `recover --yes` none)."""
+    store = copy_store("4.9.7", "clean-small", tmp_path / "broker a")
+    with open(store / "commitlog" / "00000000000002097152", "r+b") as f:
+        f.seek(300000)
+        f.write(b"\xff" * 4)
+    dropped = json.loads(run("verify", store, "-f", "json").stdout)["summary"]["next_start"]["dropped_messages"]
+    shown = " ".join(run("verify", store, env={"COLUMNS": "100"}).stdout.split())
+    first = shown.split("first: `", 1)[1]
+    argv = shlex.split(first.split("`", 1)[0])
+    assert argv[:2] == ["mqtool", "salvage"] and argv[2] == str(store) and f"saves what is readable of the {dropped} message(s)" in first
+    out = tmp_path / "saved.jsonl"
+    saved = run(*[str(out) if a == "FILE" else a for a in argv[1:]])
+    assert saved.exit_code == 1 and saved.stderr.count("its body CRC does not match") == 1  # the damaged record: skipped
+    assert sum(json.loads(line)["status"] == "past-damage" for line in out.read_text(encoding="utf-8").splitlines()) == dropped - 1 > 0
+    assert "first: " not in run("verify", copy_store("4.9.7", "crashed-small", tmp_path / "b")).stdout  # drops nothing
+
+
 def test_a_broker_config_that_sets_nothing_mqtool_reads_is_said_to(tmp_path):
     """``--broker-config /etc/passwd`` (the wrong file) went by in silence: the store's own files
     decided and nothing said the file was not a broker.conf. A file with a setting mqtool reads

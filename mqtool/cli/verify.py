@@ -46,7 +46,8 @@ def _counted(count: int, word: str, words: str = "") -> str:
 def _render_summary(console: Screen, s: dict[str, Any], root: Path | None, window: str = "", unfinished: list[str] = ()) -> None:
     """The summary; on a store directory that is not sound, the commands that plan what to do next, or, where an
     apply, restore or ``repair`` was interrupted (``unfinished``, ``store_state.unfinished_lines``), those that
-    finish or undo it: the repair commands refuse the store until then (said even with ``-q``).
+    finish or undo it: the repair commands refuse the store until then (said even with ``-q``). Valid messages the
+    next start drops are named first, with the ``salvage`` that saves them before a ``--yes`` zeroes them.
     ``window``: the commit log range checked (``--from-offset``/``--to-offset``), which the verdict holds for."""
     cl, checks = s["commitlog"], s["checks"]
     rate = s["throughput_bytes_per_s"] / 1e6
@@ -77,6 +78,9 @@ def _render_summary(console: Screen, s: dict[str, Any], root: Path | None, windo
         console.print(f"  next: {escape(line)}")
     if not s["sound"] and root is not None and not unfinished:
         store = escape(shell_path(root))
+        if dropped := (s["next_start"] or {}).get("dropped_messages"):  # recover --yes zeroes them: saved first or lost
+            console.print(f"  first: `mqtool salvage {store} -f jsonl --body base64 --out FILE` saves what is readable of the {dropped} "
+                          "message(s) the broker's next start drops (`recover` and `repair` zero them with --yes)")
         console.print(f"  next: `mqtool recover {store}` shows what the broker's next start will do, `mqtool repair {store}` "
                       "what makes the store sound (plans: nothing changes without --yes)")
 
