@@ -46,8 +46,8 @@ def _counted(count: int, word: str, words: str = "") -> str:
 def _render_summary(console: Screen, s: dict[str, Any], root: Path | None, window: str = "", unfinished: list[str] = ()) -> None:
     """The summary; on a store directory that is not sound, the commands that plan what to do next, or, where an
     apply, restore or ``repair`` was interrupted (``unfinished``, ``store_state.unfinished_lines``), those that
-    finish or undo it: the repair commands refuse the store until then (said even with ``-q``). Valid messages the
-    next start drops are named first, with the ``salvage`` that saves them before a ``--yes`` zeroes them.
+    finish or undo it: the repair commands refuse the store until then (said even with ``-q``). Where the next start
+    drops messages, the ``salvage`` that saves what is readable of them comes first: ``recover --yes`` zeroes them.
     ``window``: the commit log range checked (``--from-offset``/``--to-offset``), which the verdict holds for."""
     cl, checks = s["commitlog"], s["checks"]
     rate = s["throughput_bytes_per_s"] / 1e6
