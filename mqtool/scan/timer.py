@@ -74,11 +74,12 @@ def _identity(uniq_key: str | None, born_timestamp: int, body_crc: int) -> str:
 def _walk(store: Store, identities: set[str]) -> tuple[pa.Table, dict[str, list[tuple[int, str]]], int]:
     """One walk of the commit log: the ``queued`` and ``deliveries`` of ``TimerReport``, ``identities`` (the units' records')
     and each queued record's identity looked for (a delivered copy follows its timer record: a batch's queued records join
-    the identities before its rows are matched); and the commit log's logical end."""
+    the identities before its rows are matched); and the commit log's logical end. The identities looked for are two
+    Python sets that grow as the walk passes timer records, each row looked up once: no lookup table rebuilt per batch
+    (``is_in`` builds its hash table from the value set on every call, quadratic over millions of queued messages)."""
     found: dict[str, list[tuple[int, str]]] = {}
-    born_ids = {i for i in identities if i.startswith("b:")}
-    uniq = pa.array(sorted(i[2:] for i in identities if i.startswith("u:")), pa.string())
-    born = pa.array(sorted({int(i.split(":")[1]) for i in born_ids}), pa.int64())
+    uniqs = {i[2:] for i in identities if i.startswith("u:")}
+    borns = {i for i in identities if i.startswith("b:")}
     queued = []
     scan = MessageScan(store, columns=["offset", "topic", "queue_id", "queue_offset", "uniq_key", "born_timestamp", "body_crc"],
                        check_crc=False)
@@ -87,17 +88,19 @@ def _walk(store: Store, identities: set[str]) -> tuple[pa.Table, dict[str, list[
         timer = compute.filter(batch, timers.mask(batch))
         if len(timer):
             queued.append(timer.select(["offset", "queue_offset"]))
-            uniq = pa.concat_arrays([uniq, compute.drop_null(timer["uniq_key"])])
-            keyless = compute.filter(timer, compute.is_null(timer["uniq_key"]))
-            if len(keyless):
-                born = pa.concat_arrays([born, keyless["born_timestamp"]])
-                born_ids.update(_identity(None, r["born_timestamp"], r["body_crc"]) for r in keyless.to_pylist())
-        wanted = compute.or_(compute.fill_null(compute.is_in(batch["uniq_key"], uniq), False),
-                             compute.and_(compute.is_null(batch["uniq_key"]), compute.is_in(batch["born_timestamp"], born)))
-        for row in compute.filter(batch, wanted).to_pylist():
-            identity = _identity(row["uniq_key"], row["born_timestamp"], row["body_crc"])
-            if row["uniq_key"] or identity in born_ids:
-                found.setdefault(identity, []).append((row["offset"], row["topic"]))
+            for key, born, crc in zip(*(timer[c].to_pylist() for c in ("uniq_key", "born_timestamp", "body_crc"))):
+                if key:
+                    uniqs.add(key)
+                else:
+                    borns.add(_identity(None, born, crc))
+        keys = batch["uniq_key"].to_pylist()
+        take = [i for i, key in enumerate(keys) if key in uniqs]
+        if borns:  # the keyless rows: by born time and body CRC
+            born, crc = batch["born_timestamp"].to_pylist(), batch["body_crc"].to_pylist()
+            take = sorted(take + [i for i, key in enumerate(keys) if not key and _identity(None, born[i], crc[i]) in borns])
+        rows = batch.take(take)
+        for key, born, crc, offset, topic in zip(*(rows[c].to_pylist() for c in ("uniq_key", "born_timestamp", "body_crc", "offset", "topic"))):
+            found.setdefault(_identity(key, born, crc), []).append((offset, topic))
     table = pa.Table.from_batches(queued, pa.schema([("offset", pa.int64()), ("queue_offset", pa.int64())]))
     return table, found, scan.end.offset
 
