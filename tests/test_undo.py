@@ -789,3 +789,27 @@ def test_restore_reads_of_the_other_backups_only_what_tells_whether_they_came_la
     said = " ".join(result.stderr.split())
     assert result.exit_code == EXIT_REFUSED and "; ".join(f"mqtool restore {p} --yes" for p in reversed(later)) in said, result.stderr
     assert not any(name.startswith("b-") for name in journals), journals  # the other store's: never its journal
+
+
+def test_a_restore_parses_each_line_of_its_journal_once(tmp_path, monkeypatch):
+    """``restore`` asks its backup's journal for its events many times (the summary, ``missing_copies``,
+    ``changed_since_apply``, its own walk) while it appends to it. Before, every time read and parsed the whole
+    journal again (a repair of many files: a long one); now each line is parsed once, and what was appended
+    since is all that is read. The store is still put back byte for byte."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "store")
+    original = snapshot(store)
+    assert run("recover", store, "--yes", "--backup-dir", tmp_path / "backup").exit_code == EXIT_OK
+    parsed, loads = Counter(), json.loads
+
+    def counted(text, *args, **kwargs):
+        if isinstance(text, bytes):  # the journal is read as bytes, manifests as text
+            parsed[text] += 1
+        return loads(text, *args, **kwargs)
+
+    monkeypatch.setattr(backup_module.json, "loads", counted)
+    result = run("restore", tmp_path / "backup", "--yes")
+    assert result.exit_code == EXIT_OK, result.stderr
+    lines = (tmp_path / "backup" / "journal.jsonl").read_bytes().splitlines()
+    assert b'"restored"' in lines[-1]  # written as it ends, read by no one
+    assert len(lines) > 3 and {line: parsed[line] for line in lines[:-1]} == {line: 1 for line in lines[:-1]}, parsed
+    assert snapshot(store) == original

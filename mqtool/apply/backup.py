@@ -78,6 +78,8 @@ class Journal:
 
     def __init__(self, path: Path):
         self.path = path
+        self._read: list[dict] = []  # the events of the whole lines before ``_end``, read once (``events``)
+        self._end = 0  # ``append`` cuts nothing before it: only a torn line after the last newline
 
     def append(self, *events: dict) -> None:
         if not events:
@@ -102,15 +104,32 @@ class Journal:
             fsync_dir(self.path.parent)
 
     def events(self) -> list[dict]:
-        if not self.path.exists():
+        """The events, up to the first line that is none (the torn last line, or an empty one). The whole lines read
+        are kept and only the bytes after them are read again, which is what reading the whole file would find: the
+        journal is only appended to, and ``append`` cuts only a torn line after the last newline. One ``restore``
+        asks many times (``missing_copies``, ``changed_since_apply``, its own walk) of a long journal it appends
+        to; a later run, after a kill, reads it afresh. A journal now shorter than what was read (gone, or cut by
+        hand) is read again from its start."""
+        try:
+            with open(self.path, "rb") as f:
+                if f.seek(0, os.SEEK_END) < self._end:
+                    self._read, self._end = [], 0
+                f.seek(self._end)
+                data = f.read()
+        except FileNotFoundError:
+            self._read, self._end = [], 0
             return []
-        out = []
-        for line in self.path.read_bytes().split(b"\n"):  # bytes: a line torn inside a character, or holding U+2028, is one line
+        *lines, last = data.split(b"\n")  # bytes: a line torn inside a character, or holding U+2028, is one line
+        for line in lines:
             try:
-                out.append(json.loads(line))
-            except ValueError:  # JSON or UTF-8: the torn last line, or an empty one
-                break
-        return out
+                self._read.append(json.loads(line))
+            except ValueError:  # JSON or UTF-8: an empty line, or one damaged since (read again next time, with what follows)
+                return list(self._read)
+            self._end += len(line) + 1
+        try:  # the line after the last newline, not kept: torn (cut by ``append`` before it writes), or whole but for that newline
+            return [*self._read, json.loads(last)]
+        except ValueError:
+            return list(self._read)
 
 
 def read_manifest(directory: Path) -> dict:
