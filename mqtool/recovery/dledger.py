@@ -16,7 +16,7 @@ from ..formats.checkpoint import StoreCheckpoint
 from ..store import Store
 from ..store.commitlog import ScanEnd, StopReason
 from ..store.dledger import DLedgerCommitLog, index_file_size
-from ..store.dledgerstart import DataRecovery, data_recovery, dispatches_on_abnormal, dledger_start, ledger_begin_index, reput_start
+from ..store.dledgerstart import DataRecovery, data_recovery, dispatches_on_abnormal, dledger_start, reput_start
 from ..store.fastscan import COL_SIZE, FastScan
 from ..store.mappedfile import offset_file_name
 from .logkinds import LogKind, RecoveryRun
@@ -134,7 +134,7 @@ class DLedgerLog(LogKind):
         actions += [Action("delete", rel(store, path), note="DLedger index file after the last valid entry (truncateOffset)")
                     for base, path in store.commitlog.layout.index_files() if base > dl.index_cut]
         if dl.last_index >= 0:  # reviseLedgerBeginIndex: indexFileList.resetOffset(ledgerBeginIndex x 32) deletes the files wholly before
-            begin, size = ledger_begin_index(store.commitlog), index_file_size(store)
+            begin, size = store.commitlog.ledger_begin_index, index_file_size(store)
             actions += [Action("delete", rel(store, path), note=f"DLedger index file wholly before the first entry left, {begin} (resetOffset)")
                         for base, path in store.commitlog.layout.index_files() if base + size <= begin * dfmt.INDEX_UNIT_SIZE]
         return actions

@@ -151,6 +151,17 @@ class DLedgerCommitLog(CommitLog):
     def entry_segments(self) -> list[Segment]:
         return [s for s in self.segments if self.is_entry_file(s)]
 
+    @cached_property
+    def ledger_begin_index(self) -> int:
+        """``ledgerBeginIndex`` after ``recover``: the index field of the first data file's first entry, read unchecked
+        (``reviseLedgerBeginIndex``), once: the recovery walk's checkpoint, verify's checkpoint row and recover's index
+        file deletion ask it. ``updateCommittedIndex`` skips a checkpoint ``committedIndex`` below it ("Skip update
+        committed index ... < beginIndex", DLedger 0.1-0.3.1.2): once the data files holding it have expired the broker has
+        no committed position after load (``committedPos`` -1: ``dledgerstart.reput_start``'s fallback)."""
+        first = self.entry_segments()[0]
+        with MappedFile(first.path, first.base_offset) as mf:
+            return dfmt.decode_entry_header(mf.buf, 0, first.base_offset).index
+
     def _index_files(self) -> list[MappedFile]:
         """The files of ``index/`` mapped, once (none without a layout)."""
         if self._index_maps is None:

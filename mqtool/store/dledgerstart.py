@@ -72,7 +72,7 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
             committed_entry = header
     last_index = last.index if last is not None else -1
     committed_pos = None
-    if committed is not None and (last is None or committed == -1 or committed < ledger_begin_index(cl)):
+    if committed is not None and (last is None or committed == -1 or committed < cl.ledger_begin_index):
         committed = None  # updateCommittedIndex returns: nothing committed, committedPos stays -1
     if committed is not None:
         committed = min(committed, last_index)
@@ -115,16 +115,6 @@ def committed_read_failure(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[str,
     if h.pos != pos:
         return f"{where}, where the entry header gives pos {h.pos}", False
     return None
-
-
-def ledger_begin_index(cl: DLedgerCommitLog) -> int:
-    """``ledgerBeginIndex`` after ``recover``: the index field of the first data file's first entry, read unchecked
-    (``reviseLedgerBeginIndex``). ``updateCommittedIndex`` skips a checkpoint ``committedIndex`` below it ("Skip update
-    committed index ... < beginIndex", DLedger 0.1-0.3.1.2): once the data files holding it have expired the broker has no
-    committed position after load (``committedPos`` -1: ``reput_start``'s fallback)."""
-    first = cl.entry_segments()[0]
-    with MappedFile(first.path, first.base_offset) as mf:
-        return dfmt.decode_entry_header(mf.buf, 0, first.base_offset).index
 
 
 def reput_start(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[int, str]:

@@ -22,7 +22,7 @@ from ..store import fastscan as fs
 from ..store.consumequeue import numpy_dtype
 from ..store.dledger import DLedgerCommitLog, DLedgerLayout, entry_problem
 from ..store.dledgerwalk import ST_INDEX, ST_TERM
-from ..store.dledgerstart import DataRecovery, data_recovery, ledger_begin_index, record_in_broken_entry
+from ..store.dledgerstart import DataRecovery, data_recovery, record_in_broken_entry
 from ..store.mappedfile import MMAP_FILE_LIST, MappedFile
 from .commitlog import CommitLogResult, Progress, left_out_findings, relative, stray_finding
 from .findings import Finding, error, info, warning
@@ -353,7 +353,7 @@ class DLedgerLogCheck:
         if layout.checkpoint is None or last_index < 0:
             return
         if committed is not None and committed != -1 and dl.committed_index is None:  # below ledgerBeginIndex (``data_recovery``)
-            begin = ledger_begin_index(self.commitlog)
+            begin = self.commitlog.ledger_begin_index
             yield info("dledger-checkpoint", f"DLedger's checkpoint committedIndex {committed} is below its first entry {begin}"
                        + (" (older data files deleted)" if begin > 0 else "") + ": updateCommittedIndex skips it, so right after "
                        "load nothing is committed and the commit log's max offset is its first data file's start", file=path, found=committed)
