@@ -135,24 +135,13 @@ class MessageMix:
                 body = zlib.compress(body)
                 sys_flag |= clfmt.SysFlag.COMPRESSED | (0 if spec.profile == "4.8" else 0x300)
         return {
-            "magic_code": magic,
-            "body_crc": body_crc(body) if body else 0,
-            "queue_id": queue_id,
-            "flag": rng.randrange(-(1 << 31), 1 << 31) if rng.random() < 0.3 else 0,
-            "sys_flag": int(sys_flag),
-            "born_timestamp": born_ms,
+            "magic_code": magic, "body_crc": body_crc(body) if body else 0, "queue_id": queue_id,
+            "flag": rng.randrange(-(1 << 31), 1 << 31) if rng.random() < 0.3 else 0, "sys_flag": int(sys_flag), "born_timestamp": born_ms,
             "born_host_address": bytes.fromhex("20010db8" + "%024x" % rng.getrandbits(96)) if sys_flag & clfmt.SysFlag.BORNHOST_V6 else bytes([10, 0, rng.randrange(256), rng.randrange(1, 255)]),
-            "born_host_port": rng.randrange(1024, 65536),
-            "store_timestamp": store_ts,
-            "store_host_address": STORE_HOST_V6 if sys_flag & clfmt.SysFlag.STOREHOST_V6 else STORE_HOST_V4,
-            "store_host_port": 10911,
-            "reconsume_times": reconsume,
-            "prepared_transaction_offset": prepared_offset,
-            "body": body,
-            "topic": topic_bytes,
-            "properties": prop_bytes,
-            "_topic": topic,
-            "_props": props,
+            "born_host_port": rng.randrange(1024, 65536), "store_timestamp": store_ts,
+            "store_host_address": STORE_HOST_V6 if sys_flag & clfmt.SysFlag.STOREHOST_V6 else STORE_HOST_V4, "store_host_port": 10911,
+            "reconsume_times": reconsume, "prepared_transaction_offset": prepared_offset,
+            "body": body, "topic": topic_bytes, "properties": prop_bytes, "_topic": topic, "_props": props,
         }
 
 
@@ -232,19 +221,9 @@ def build_store(spec: SynthSpec) -> dict:
             mix.last_prepared = m["phys_offset"]
         if dispatched:
             queue_offsets[key] = m["queue_offset"] + 1
-        request = DispatchRequest(
-            topic,
-            m["queue_id"],
-            m["phys_offset"],
-            len(raw),
-            consume_queue_tags_code(topic, props, store_ts, DEFAULT_DELAY_TABLE),
-            store_ts,
-            m["queue_offset"],
-            tuple(split_keys(props.get(PropertyKey.KEYS))),
-            props.get(PropertyKey.UNIQ_KEY),
-            m["sys_flag"],
-            m["prepared_transaction_offset"],
-        )
+        request = DispatchRequest(topic, m["queue_id"], m["phys_offset"], len(raw), consume_queue_tags_code(topic, props, store_ts, DEFAULT_DELAY_TABLE),
+                                  store_ts, m["queue_offset"], tuple(split_keys(props.get(PropertyKey.KEYS))), props.get(PropertyKey.UNIQ_KEY),
+                                  m["sys_flag"], m["prepared_transaction_offset"])
         if cq is not None and dispatched:
             cq.put_request(request)
         if index is not None:

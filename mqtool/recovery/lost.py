@@ -12,19 +12,8 @@ from .plans import Message
 
 def describe(record: fmt.CommitLogRecord, crc_ok: bool, legacy: bool) -> Message:
     props = record.property_map(legacy=legacy)
-    return Message(
-        record.offset,
-        record.total_size,
-        record.topic_name,
-        record.queue_id,
-        record.queue_offset,
-        record.transaction_type.name,
-        record.store_timestamp,
-        record.msg_id,
-        props.get(PropertyKey.UNIQ_KEY),
-        tuple(split_keys(props.get(PropertyKey.KEYS))),
-        crc_ok,
-    )
+    return Message(record.offset, record.total_size, record.topic_name, record.queue_id, record.queue_offset, record.transaction_type.name,
+                   record.store_timestamp, record.msg_id, props.get(PropertyKey.UNIQ_KEY), tuple(split_keys(props.get(PropertyKey.KEYS))), crc_ok)
 
 
 def record_at(commitlog: CommitLog, offset: int, legacy: bool) -> Message | None:
@@ -50,16 +39,5 @@ def _header_at(commitlog: CommitLog, offset: int) -> Message | None:
     h = dict(zip(layout.names, layout.codec.unpack_from(raw)))
     if h["magic_code"] not in fmt.MESSAGE_MAGICS or h["total_size"] <= 0 or h["phys_offset"] != offset:
         return None
-    return Message(
-        offset,
-        h["total_size"],
-        None,
-        h["queue_id"],
-        h["queue_offset"],
-        fmt.transaction_type(h["sys_flag"]).name,
-        h["store_timestamp"],
-        msgid.encode_msg_id(h["store_host_address"], h["store_host_port"], h["phys_offset"]),
-        None,
-        (),
-        False,
-    )
+    return Message(offset, h["total_size"], None, h["queue_id"], h["queue_offset"], fmt.transaction_type(h["sys_flag"]).name, h["store_timestamp"],
+                   msgid.encode_msg_id(h["store_host_address"], h["store_host_port"], h["phys_offset"]), None, (), False)

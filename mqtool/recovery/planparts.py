@@ -23,18 +23,7 @@ from ..dispatch.placement import IndexPlacement
 from ..dispatch.scanner import MultiDispatch, TopicTable, consume_queue_entries
 from ..store.pastend import records_after
 from .lost import describe, record_at
-from .plans import (
-    Action,
-    CommitLogPlan,
-    Fingerprint,
-    IndexFilePlan,
-    IndexPlan,
-    LostMessages,
-    Message,
-    Plan,
-    QueuePlan,
-    QueueRef,
-)
+from .plans import Action, CommitLogPlan, Fingerprint, IndexFilePlan, IndexPlan, LostMessages, Message, Plan, QueuePlan, QueueRef
 from .queues import QueueSim
 from ..store.rules import VersionRules
 
@@ -104,17 +93,11 @@ def config_options(store: Store) -> dict:
     where = {"commitlog_dirs": [str(Path(d).resolve()) for d in c.commitlog_dirs] if c.commitlog_dirs else None, "dledger": c.dledger,
              "dledger_data_path": str(Path(c.dledger_data_path).resolve()) if c.dledger_data_path else None,
              "dledger_self_id": c.dledger_self_id, "timer_log_file_size": c.timer_log_file_size}
-    return {**{k: v for k, v in where.items() if v is not None},
-        "commitlog_file_size": store.commitlog.file_size,
-        "consume_queue_file_size": store.consume_queue_file_size,
-        "hash_slot_num": geometry.hash_slot_num if geometry else c.hash_slot_num,
-        "index_num": geometry.index_num if geometry else c.index_num,
-        "message_index_enable": c.message_index_enable,
-        "message_index_safe": c.message_index_safe,
-        "check_crc_on_recover": c.check_crc_on_recover,
-        "delay_levels": c.delay_levels,
-        "multi_dispatch": store.multi_dispatch,
-    }
+    return {**{k: v for k, v in where.items() if v is not None}, "commitlog_file_size": store.commitlog.file_size,
+            "consume_queue_file_size": store.consume_queue_file_size, "hash_slot_num": geometry.hash_slot_num if geometry else c.hash_slot_num,
+            "index_num": geometry.index_num if geometry else c.index_num, "message_index_enable": c.message_index_enable,
+            "message_index_safe": c.message_index_safe, "check_crc_on_recover": c.check_crc_on_recover, "delay_levels": c.delay_levels,
+            "multi_dispatch": store.multi_dispatch}
 
 
 def rel(store: Store, path: Path) -> str:
@@ -169,36 +152,14 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
     actions += [Action("delete", rel(store, seg.path), note="segment after the valid end (truncateDirtyFiles)") for seg in deleted]
     kept = record_at(cl, scan.last_valid, legacy) if scan.last_valid >= 0 else None
     found = records_after(cl, end.offset, limit=lost_limit, legacy=legacy, accept_v2=accept_v2, newest_kept=None if kept is None else kept.store_timestamp, describe=describe)
-    lost = LostMessages(
-        found.records,
-        found.record_bytes,
-        tuple(found.listed),
-        len(found.listed) == found.records,
-        found.other_bytes,
-        found.first_other,
-        stale=found.stale,
-        stale_bytes=found.stale_bytes,
-    )
+    lost = LostMessages(found.records, found.record_bytes, tuple(found.listed), len(found.listed) == found.records, found.other_bytes,
+                        found.first_other, stale=found.stale, stale_bytes=found.stale_bytes)
     first_invalid = None
     if end.reason not in (StopReason.ZEROS, StopReason.BLANK_LAST, StopReason.LIMIT, StopReason.NO_SEGMENTS):
         first_invalid = record_at(cl, end.offset, legacy)
-    plan = CommitLogPlan(
-        cl.min_offset,
-        cl.end_of_files,
-        scan.start,
-        scan.rule,
-        scan.records,
-        end.offset,
-        end.reason,
-        end.detail,
-        not end.is_clean or found.records > 0,  # end_is_damage
-        first_invalid,
-        scan.last_valid,
-        cut_segment,
-        zero_from,
-        zero_to,
-        tuple(s.path.name for s in deleted),
-    )
+    end_is_damage = not end.is_clean or found.records > 0
+    plan = CommitLogPlan(cl.min_offset, cl.end_of_files, scan.start, scan.rule, scan.records, end.offset, end.reason, end.detail, end_is_damage,
+                         first_invalid, scan.last_valid, cut_segment, zero_from, zero_to, tuple(s.path.name for s in deleted))
     return plan, lost, actions
 
 
@@ -258,24 +219,9 @@ def unreadable_from_queues(lost: LostMessages, sims: dict, end: int, first_inval
 
 
 def queue_plan(sim: QueueSim, min_before: int, max_before: int, clmin: int, v5: bool, seeds: tuple) -> QueuePlan:
-    return QueuePlan(
-        sim.topic,
-        sim.queue_id,
-        min_before,
-        max_before,
-        sim.max_offset,
-        sim.min_offset(clmin, v5=v5),
-        sim.dropped_units,
-        sim.cut_units,
-        sim.resurrected_units,
-        sim.added,
-        sim.fillers,
-        sim.first_added[0] if sim.first_added else None,
-        sim.last_added[0] if sim.last_added else None,
-        seeds,
-        tuple(sim.fates()),
-        tuple(sim.misplaced),
-    )
+    return QueuePlan(sim.topic, sim.queue_id, min_before, max_before, sim.max_offset, sim.min_offset(clmin, v5=v5), sim.dropped_units, sim.cut_units,
+                     sim.resurrected_units, sim.added, sim.fillers, sim.first_added[0] if sim.first_added else None,
+                     sim.last_added[0] if sim.last_added else None, seeds, tuple(sim.fates()), tuple(sim.misplaced))
 
 
 def queue_actions(store: Store, queues: list[QueuePlan], sims: dict) -> tuple[list[Action], bool]:
@@ -416,15 +362,8 @@ def index_placement(store: Store, rules: VersionRules, kept: list, dropped: list
     slots, num = geometry(store)
     last = kept[-1] if kept else None
     append = (last.name, last.header) if last is not None and last.header.index_count < num else None
-    return IndexPlacement(
-        slots,
-        num,
-        previous=last.header if last is not None else None,
-        taken_names={f.name for f in kept + dropped},
-        append_to=append,
-        after_name=last.name if last is not None else None,
-        counts_used_slots=rules.index_counts_used_slots,
-    )
+    return IndexPlacement(slots, num, previous=last.header if last is not None else None, taken_names={f.name for f in kept + dropped}, append_to=append,
+                          after_name=last.name if last is not None else None, counts_used_slots=rules.index_counts_used_slots)
 
 
 def index_plan_of(store: Store, kept: list, dropped: list, writer: IndexPlacement | None, enabled: bool, indexed_from: int | None,

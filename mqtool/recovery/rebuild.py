@@ -14,21 +14,8 @@ from ..formats.dispatch import LMQ_PREFIX
 from ..store import Store
 from ..store.commitlog import CommitLog, ScanEnd
 from ..dispatch.scanner import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache, DispatchScanner, TopicTable
-from .planparts import (
-    DEFAULT_GEOMETRY,
-    config_options,
-    index_placement,
-    index_plan_of,
-    multi_dispatch,
-    PhaseCounts,
-    planned_entries,
-    plan_inputs,
-    put_index,
-    queue_actions,
-    queue_plan,
-    store_version,
-    write_action,
-)
+from .planparts import (DEFAULT_GEOMETRY, PhaseCounts, config_options, index_placement, index_plan_of, multi_dispatch, plan_inputs, planned_entries,
+                        put_index, queue_actions, queue_plan, store_version, write_action)
 from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueuePlan
 from .queues import QueueSim
 from ..store.mappedfile import INDEX_SERVICE, LEFT_OUT

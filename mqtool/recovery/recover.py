@@ -14,36 +14,12 @@ from ..formats import checkpoint as cpfmt
 from ..formats import markers
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
-from ..dispatch.scanner import (
-    TAGS_DELIVERY_TIME,
-    TAGS_HASH,
-    DispatchCache,
-    after_phys,
-    first_throw,
-)
+from ..dispatch.scanner import TAGS_DELIVERY_TIME, TAGS_HASH, DispatchCache, after_phys, first_throw
 from .logkinds import LogKind, RecoveryRun, log_kind
 from .sharedscans import SharedScans, scan_phase, topic_table
-from .planparts import (
-    commitlog_plan,
-    config_options,
-    index_placement,
-    feed,
-    index_gaps,
-    index_plan_of,
-    PhaseCounts,
-    plan_inputs,
-    queue_actions,
-    queue_plan,
-    multi_dispatch,
-    refusal,
-    rel,
-    reput_notify,
-    ScanResult,
-    store_version,
-    unreadable_from_queues,
-    unwritable_checkpoint,
-    write_action,
-)
+from .planparts import (PhaseCounts, ScanResult, commitlog_plan, config_options, feed, index_gaps, index_placement, index_plan_of, multi_dispatch,
+                        plan_inputs, queue_actions, queue_plan, refusal, rel, reput_notify, store_version, unreadable_from_queues,
+                        unwritable_checkpoint, write_action)
 from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueueSeed
 from .queues import QueueSim
 from ..store.nextstart import RECOVER_FIXES, committed_refusal, later_refusal, refusal_after_recovery
