@@ -306,27 +306,27 @@ class Executor:
 
     _pad_blank = _resize
 
+    def _write_at(self, action, data: bytes, end: int | None = None) -> None:
+        """``data`` written at ``action.start``, the bytes to ``end`` (default ``action.end``) backed up first."""
+        self.backup.backup_range(action.path, action.start, action.end if end is None else end)
+        durability_point("range backed up")
+        write_range(self.root / action.path, action.start, data)
+
     def _write_blank(self, action) -> None:
         """An 8-byte end-of-file blank at ``start`` of a commit log segment ``end`` bytes long (TOTALSIZE = the
         bytes left, BLANK magic): a DLedger broker's first load of the classic log (``logkinds.MixedFirstLoad``)."""
-        self.backup.backup_range(action.path, action.start, action.start + clfmt.BLANK_HEADER_SIZE)
-        durability_point("range backed up")
-        write_range(self.root / action.path, action.start, clfmt.encode_blank(action.end - action.start))
+        self._write_at(action, clfmt.encode_blank(action.end - action.start), action.start + clfmt.BLANK_HEADER_SIZE)
 
     def _write_int64(self, action) -> None:
         """The big-endian int64 ``action.unit[0]`` at ``start`` (``repair._relinked_slots``: a wheel slot's position, a timer
         log unit's prevPos)."""
-        self.backup.backup_range(action.path, action.start, action.end)
-        durability_point("range backed up")
-        write_range(self.root / action.path, action.start, action.unit[0].to_bytes(8, "big", signed=True))
+        self._write_at(action, action.unit[0].to_bytes(8, "big", signed=True))
 
     def _fill_units(self, action) -> None:
         """Consume queue units (bytes ``start``..``end``) each become ``action.unit``: a filler
         (``CutSegment``) or an entry's own fields (``unit_fixes``)."""
-        self.backup.backup_range(action.path, action.start, action.end)
-        durability_point("range backed up")
         unit = cqfmt.ENTRY.pack(*(cqfmt.FILLER if action.unit is None else action.unit))  # None: a plan saved before units were planned, which promised (0, ...)
-        write_range(self.root / action.path, action.start, unit * ((action.end - action.start) // cqfmt.ENTRY_SIZE))
+        self._write_at(action, unit * ((action.end - action.start) // cqfmt.ENTRY_SIZE))
 
     def _restore_config(self, action) -> None:
         """``config/X.json`` gets the bytes of its ``X.json.bak`` (ConfigManager.loadBak's source)."""
@@ -358,15 +358,10 @@ class Executor:
     def _write_dledger_index(self, action) -> None:
         """DLedger index units (bytes ``start``..``end`` of the index file ``path``) rewritten from
         the entries they stand for, as ``DLedgerMmapFileStore.recover`` rewrites them."""
-        self.backup.backup_range(action.path, action.start, action.end)
-        durability_point("range backed up")
         base = int(Path(action.path).name) + action.start
-        store = Store.open(self.root, store_config(self.plan), self.plan.broker_version)
-        try:
+        with Store.open(self.root, store_config(self.plan), self.plan.broker_version) as store:
             units = store.commitlog.unit_bytes(base // dlfmt.INDEX_UNIT_SIZE, (base + action.end - action.start) // dlfmt.INDEX_UNIT_SIZE)
-        finally:
-            store.close()
-        write_range(self.root / action.path, action.start, units)
+        self._write_at(action, units)
 
     def _write_dispatch(self, action) -> None:
         """The files ``_stage_dispatch`` wrote move into place (``install``: each file whole or not at all, with
@@ -496,17 +491,9 @@ class Executor:
                 previous = read_index_header(self.root / rel)
             elif f.action == "create":
                 self.backup.note_creates([rel])
-        return IndexWriterService(
-            self.staging / STAGED / "index",
-            ip.hash_slot_num,
-            ip.index_num,
-            previous=previous,
-            taken_names={f.name for f in ip.files if f.action != "create"},
-            append_to=append,
-            after_name=ip.after_name,
-            counts_used_slots=rules.index_counts_used_slots,
-            tmp_path=functools.partial(staging_path, self.root),
-        )
+        return IndexWriterService(self.staging / STAGED / "index", ip.hash_slot_num, ip.index_num, previous=previous,
+                                  taken_names={f.name for f in ip.files if f.action != "create"}, append_to=append, after_name=ip.after_name,
+                                  counts_used_slots=rules.index_counts_used_slots, tmp_path=functools.partial(staging_path, self.root))
 
 
 def roll_back(backups: list[BackupSet]) -> str:
