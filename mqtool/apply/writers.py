@@ -68,20 +68,9 @@ class ConsumeQueueWriter:
     """Append units to ``<root>/<topic>/<queueId>/`` files the way the broker does; ``seed_queue``
     continues an existing queue, ``adopt_file`` starts a file from given bytes instead of zeros."""
 
-    def __init__(
-        self,
-        root: Path,
-        file_size: int,
-        *,
-        dedup_by_end: bool = True,
-        repeat_guard: bool = True,
-        tmp_path: Callable[[Path], Path] = default_tmp_path,
-    ):
-        self.root = Path(root)
-        self.file_size = file_size
-        self.dedup_by_end = dedup_by_end
-        self.repeat_guard = repeat_guard
-        self.tmp_path = tmp_path
+    def __init__(self, root: Path, file_size: int, *, dedup_by_end: bool = True, repeat_guard: bool = True,
+                 tmp_path: Callable[[Path], Path] = default_tmp_path):
+        self.root, self.file_size, self.dedup_by_end, self.repeat_guard, self.tmp_path = Path(root), file_size, dedup_by_end, repeat_guard, tmp_path
         self.queues: dict[tuple[str, int], _Queue] = {}
         self._fds: OrderedDict[Path, int] = OrderedDict()
         self._pos = np.empty(0, dtype=np.int64)
@@ -117,9 +106,8 @@ class ConsumeQueueWriter:
         columns = [np.array([value], dtype=np.int64) for value in (queue_offset, phys_offset, size, tags_code)]
         return bool(self.put_batch(topic, queue_id, *columns))
 
-    def put_request(self, request: DispatchRequest) -> bool:
-        values = (request.consume_queue_offset, request.commit_log_offset, request.msg_size, request.tags_code)
-        return self.put(request.topic, request.queue_id, *values)
+    def put_request(self, r: DispatchRequest) -> bool:
+        return self.put(r.topic, r.queue_id, r.consume_queue_offset, r.commit_log_offset, r.msg_size, r.tags_code)
 
     def put_batch(self, topic: str, queue_id: int, qoff, phys, size, tags) -> int:
         """Requests of one queue in commit log order; returns how many units were written."""
