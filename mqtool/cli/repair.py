@@ -339,16 +339,8 @@ def recover(
 
 
 @guarded
-def repair(
-    store: StoreRootArg,
-    yes: YesOpt = False,
-    dry_run: DryRunOpt = False,
-    backup_dir: BackupDirOpt = None,
-    force: ForceOpt = False,
-    fmt: FormatOpt = OutputFormat.table,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
-) -> None:
+def repair(store: StoreRootArg, yes: YesOpt = False, dry_run: DryRunOpt = False, backup_dir: BackupDirOpt = None, force: ForceOpt = False,
+           fmt: FormatOpt = OutputFormat.table, broker_config: BrokerConfigOpt = None, broker_version: BrokerVersionOpt = None) -> None:
     """From "crashed" to "sound": the broker's recovery, then the fixes the broker never makes.
 
     The fixes: stray files quarantined, missing or wrong consume queue entries and index files
@@ -647,13 +639,8 @@ def rebuild_index() -> PlanMaker:
 
 
 @guarded
-def apply(
-    plan_file: Annotated[Path, typer.Argument(help="A plan saved with --plan-out.", metavar="PLAN")],
-    yes: YesOpt = False,
-    backup_dir: BackupDirOpt = None,
-    force: ForceOpt = False,
-    fmt: FormatOpt = OutputFormat.table,
-) -> None:
+def apply(plan_file: Annotated[Path, typer.Argument(help="A plan saved with --plan-out.", metavar="PLAN")], yes: YesOpt = False,
+          backup_dir: BackupDirOpt = None, force: ForceOpt = False, fmt: FormatOpt = OutputFormat.table) -> None:
     """Apply a saved plan exactly, refusing if any file it read or changes differs since planning.
 
     \b
@@ -695,12 +682,9 @@ def apply(
 
 
 @guarded
-def restore_cmd(
-    backup: Annotated[Path, typer.Argument(help="A backup directory written by a repair command.", metavar="BACKUP")],
-    yes: RestoreYesOpt = False,
-    force: Annotated[bool, typer.Option("--force", help="Restore even though the files changed since (a broker ran), or another process uses the store (dangerous).")] = False,
-    fmt: FormatOpt = OutputFormat.table,
-) -> None:
+def restore_cmd(backup: Annotated[Path, typer.Argument(help="A backup directory written by a repair command.", metavar="BACKUP")], yes: RestoreYesOpt = False,
+                force: Annotated[bool, typer.Option("--force", help="Restore even though the files changed since (a broker ran), or another process uses the store (dangerous).")] = False,
+                fmt: FormatOpt = OutputFormat.table) -> None:
     """Put back, byte for byte, everything a repair command changed (also after an interrupted one).
     Refused if the files it left have changed since (a broker ran), unless --force.
 
@@ -725,7 +709,8 @@ def restore_cmd(
             _refuse_another_pending(sets[0].store_root, backup)
             refuse_changed(changed_by_others(sets))
         # one document, every stage's summary in the order restored: the preview shows them all, `-f json` is one JSON
-        emit_plan({"backup": str(backup), "stages": [s.summary() for s in reversed(sets)]}, fmt, _render_stages)
+        emit_plan({"backup": str(backup), "stages": [s.summary() for s in reversed(sets)]}, fmt,
+                  lambda console, doc: [render_backup(console, stage) for stage in doc["stages"]])
         unrestored = False
         for stage in reversed(stages):  # `repair` wrote one backup set per stage
             note(f"stage {stage.name}:", always=yes)  # what the restore line after it says under -q is of this stage
@@ -975,11 +960,6 @@ def render_repair(console: Screen, doc: dict) -> None:
         _print_capped(console, table, [(e.kind, e.severity, "yes" if e.lost_data else "no", e.offset, e.message, e.file) for e in plan.remaining])
     for n in plan.notes:
         console.note(n)
-
-
-def _render_stages(console: Screen, doc: dict) -> None:
-    for stage in doc["stages"]:
-        render_backup(console, stage)
 
 
 def render_backup(console: Screen, doc: dict) -> None:
