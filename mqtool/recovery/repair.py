@@ -121,18 +121,18 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
     steps: list[RepairStep] = []
     actions: list[Action] = []
 
-    def quarantine(path: Path, why: str) -> None:
-        rel = os.path.relpath(path, root)
-        steps.append(RepairStep("quarantine", True, why, (rel,)))
-        actions.append(Action("quarantine", rel, note=why))
+    def fix(step: str, why: str, *done: Action) -> None:
+        steps.append(RepairStep(step, True, why, tuple(dict.fromkeys(a.path for a in done))))
+        actions.extend(done)
 
-    def resize(rel: str, size: int, expected: int, why: str) -> None:
-        steps.append(RepairStep("resize-segment", True, why, (rel,)))
-        actions.append(Action("resize", rel, start=size, end=expected, note=why))
+    def quarantine(path: Path, why: str) -> None:
+        fix("quarantine", why, Action("quarantine", os.path.relpath(path, root), note=why))
+
+    def resize(rel: str, size: int, expected: int, why: str, *then: Action) -> None:
+        fix("resize-segment", why, Action("resize", rel, start=size, end=expected, note=why), *then)
 
     def pad_blank(rel: str, size: int, blank: int, expected: int, why: str) -> None:
-        steps.append(RepairStep("resize-segment", True, why, (rel,)))
-        actions.append(Action("pad-blank", rel, start=blank, end=expected, note=f"{size} bytes: an end-of-file blank at {blank}, zeros to {expected}"))
+        fix("resize-segment", why, Action("pad-blank", rel, start=blank, end=expected, note=f"{size} bytes: an end-of-file blank at {blank}, zeros to {expected}"))
 
     def end_segment(rel: str, path: Path, base: int, size: int, expected: int) -> bool:
         cut = _cut_segment_end(root, path, base, size, expected)
@@ -140,9 +140,8 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
             return False
         pad_blank(rel, size, cut.blank, expected, cut.why(rel, size, expected))
         if cut.entries:
-            steps.append(RepairStep("drop-queue-entries", True, cut.dropped_why(rel), tuple(dict.fromkeys(path for path, _, _, _ in cut.unit_ranges))))
-            actions.extend(Action(op, path, start=a, end=b, note=QUEUE_CUT_NOTES[op], unit=cqfmt.filler_at(cut.base) if op == "fill-units" else None)
-                           for path, a, b, op in cut.unit_ranges)
+            fix("drop-queue-entries", cut.dropped_why(rel), *(Action(op, path, start=a, end=b, note=QUEUE_CUT_NOTES[op], unit=cqfmt.filler_at(cut.base)
+                                                                     if op == "fill-units" else None) for path, a, b, op in cut.unit_ranges))
         return True
 
     _queue_file_fixes(root, root / "commitlog", "segment", "commit log segment", store, quarantine, resize, alone=_size_from_name, cut_before_last=end_segment)
@@ -167,8 +166,7 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
                f"unit at byte {torn}: padded with zeros from there, where the broker's timer recovery then ends, and reviseQueueOffset "
                f"resumes the rmq_sys_wheel_timer queue after the last whole unit's message, enqueuing the cut units' messages again "
                f"(padded from the cut, the torn unit would read as valid, magic 0 passing isMagicOK, and name no message); lost: the "
-               f"units from byte {torn} of {rel}")
-        actions.append(Action("zero-range", rel, start=torn, end=size, note="the start of the unit the cut crosses"))
+               f"units from byte {torn} of {rel}", Action("zero-range", rel, start=torn, end=size, note="the start of the unit the cut crosses"))
         return True
 
     listing = TimerLogListing.of(root / "timerlog", store.config.timer_log_file_size if store is not None else timer_log_file_size)
@@ -185,10 +183,9 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
         if not slots:
             return
         listed = ", ".join(map(str, slots[:8])) + (" ..." if len(slots) > 8 else "")
-        steps.append(RepairStep("clear-wheel-slots", True, f"{len(slots)} wheel slot(s) whose units were all in {where} "
-                                f"(slots {listed}): cleared, as TimerMessageStore.recover leaves them naming {why}", ("timerwheel",)))
-        actions.extend(Action("zero-range", "timerwheel", start=a * tfmt.SLOT_SIZE, end=(b + 1) * tfmt.SLOT_SIZE, note="slots of cut units")
-                       for a, b in adjacent_runs(slots))  # one range per run of adjacent slots
+        fix("clear-wheel-slots", f"{len(slots)} wheel slot(s) whose units were all in {where} (slots {listed}): cleared, as "
+            f"TimerMessageStore.recover leaves them naming {why}", *(Action("zero-range", "timerwheel", start=a * tfmt.SLOT_SIZE,
+            end=(b + 1) * tfmt.SLOT_SIZE, note="slots of cut units") for a, b in adjacent_runs(slots)))  # one range per run of adjacent slots
 
     walked = _walked_timer(root, listing)
     cut_slots, tail_slots = _cut_wheel_slots(listing, walked), _tail_wheel_slots(tails, walked)
@@ -201,13 +198,11 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
     relinks = _relinked_slots(listing, set(cut_slots + tail_slots), walked)
     if relinks:
         listed = ", ".join(str(slot) for slot, _ in relinks[:8]) + (" ..." if len(relinks) > 8 else "")
-        steps.append(RepairStep("relink-wheel-slots", True, f"{len(relinks)} wheel slot(s) whose chain of units runs through lost units "
-                                f"(slots {listed}): relinked over them as the broker would have linked the units left had the lost "
-                                "ones never been written (lastPos and firstPos: the last and first unit left of the slot; the prevPos of "
-                                "each unit: the one of its time before it); TimerMessageStore.recover leaves them naming the blank or "
-                                "zeros there, whose prevPos 0 their dequeue follows back to unit 0, never reaching their earlier units",
-                                tuple(dict.fromkeys(a.path for _, writes in relinks for a in writes))))
-        actions.extend(a for _, writes in relinks for a in writes)
+        fix("relink-wheel-slots", f"{len(relinks)} wheel slot(s) whose chain of units runs through lost units (slots {listed}): relinked "
+            "over them as the broker would have linked the units left had the lost ones never been written (lastPos and firstPos: the "
+            "last and first unit left of the slot; the prevPos of each unit: the one of its time before it); TimerMessageStore.recover "
+            "leaves them naming the blank or zeros there, whose prevPos 0 their dequeue follows back to unit 0, never reaching their "
+            "earlier units", *(a for _, writes in relinks for a in writes))
     # DLedger's MmapFileList.load refuses a file of the wrong length, a zero-length last one too (store None: every era)
     for data_dir in sorted(root.glob("dledger-*/data")):
         _queue_file_fixes(root, data_dir, "DLedger data file", "DLedger data file", None, quarantine, resize, alone=_size_from_name)
