@@ -216,10 +216,8 @@ class Executor:
                     self.backup.discard()
                 raise ApplyIOError(f"{cause}; the apply stopped before it changed the store: fix this (a full disk: free space) "
                                    "and run the command again to apply it", cause) from None
-            raise ApplyIOError(
-                f"{cause}; the apply stopped at a safe point: fix this and run the command again to finish it, "
-                f"or undo it with: {undo_command(self.backup.dir)}", cause
-            ) from None
+            raise ApplyIOError(f"{cause}; the apply stopped at a safe point: fix this and run the command again to finish it, "
+                               f"or undo it with: {undo_command(self.backup.dir)}", cause) from None
         except Exception as exc:  # noqa: BLE001 - a bug: undone, then reported
             raise ApplyError(f"internal error while applying ({type(exc).__name__}: {exc}); {roll_back([self.backup])}; please report this") from exc
 
@@ -411,14 +409,10 @@ class Executor:
                     topics = self.cache.topics
                 else:
                     topics = TopicTable()
-                    batches = (
-                        after_phys(batch, phase.after_phys)
-                        for batch in phase_scanner(
-                            store.commitlog, phase.start, phase.stop, discipline=phase.discipline, tags=phase.tags,
-                            delay_table=store.delay_table, legacy_properties=rules.legacy_properties,
-                            index_enable=bool(plan.index and plan.index.enabled), index_rule=rules.index_rule, check_crc=False, topics=topics,
-                        )
-                    )
+                    batches = (after_phys(batch, phase.after_phys) for batch in phase_scanner(
+                        store.commitlog, phase.start, phase.stop, discipline=phase.discipline, tags=phase.tags, delay_table=store.delay_table,
+                        legacy_properties=rules.legacy_properties, index_enable=bool(plan.index and plan.index.enabled), index_rule=rules.index_rule,
+                        check_crc=False, topics=topics))
                 # the index (random slot access, the heavier half) is built in a second thread
                 with in_thread(functools.partial(put_index, ix) if ix is not None and phase.index else None) as submit_index:
                     for batch in batches:

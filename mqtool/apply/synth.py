@@ -244,12 +244,10 @@ def build_store(spec: SynthSpec) -> dict:
     config = out / "config"
     config.mkdir(exist_ok=True)
     topics = sorted({t for t, _ in queue_offsets})
-    (config / "topics.json").write_text(
-        json.dumps({"topicConfigTable": {t: {"topicName": t, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6} for t in topics}}, indent=2)
-    )
-    (config / "consumerOffset.json").write_text(
-        json.dumps({"offsetTable": {f"{t}@synth_consumer": {str(q): o // 2 for (tt, q), o in queue_offsets.items() if tt == t} for t in topics}}, indent=2)
-    )
+    (config / "topics.json").write_text(json.dumps({"topicConfigTable": {t: {"topicName": t, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}
+                                                                         for t in topics}}, indent=2))
+    (config / "consumerOffset.json").write_text(json.dumps({"offsetTable": {f"{t}@synth_consumer": {str(q): o // 2 for (tt, q), o in queue_offsets.items()
+                                                                                                    if tt == t} for t in topics}}, indent=2))
     return {"store": str(out), "messages": seq, "commitlog_end": end, "segments": end // spec.segment_size + 1}
 
 

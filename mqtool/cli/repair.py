@@ -894,12 +894,8 @@ NOT_RANGES = frozenset({"write-dledger-checkpoint"})  # actions whose start and 
 
 
 def _render_commitlog(console: Screen, cl: CommitLogPlan, next_start: dict | None) -> None:
-    rows = [
-        ("segments", f"min offset {cl.min_offset}, files end at {cl.end_of_files}"),
-        ("scan", f"from {cl.scan_from}: {cl.scan_rule}"),
-        ("records scanned", cl.records_scanned),
-        ("valid end", f"{cl.valid_end} ({cl.end_reason}: {cl.end_detail})"),
-    ]
+    rows = [("segments", f"min offset {cl.min_offset}, files end at {cl.end_of_files}"), ("scan", f"from {cl.scan_from}: {cl.scan_rule}"),
+            ("records scanned", cl.records_scanned), ("valid end", f"{cl.valid_end} ({cl.end_reason}: {cl.end_detail})")]
     if cl.first_invalid:
         m = cl.first_invalid
         rows.append(("first invalid record", f"{m.offset} size {m.size} topic {m.topic} queue {m.queue_id} offset {m.queue_offset} msgId {m.msg_id} (crc {'ok' if m.crc_ok else 'BAD'})"))
@@ -966,12 +962,8 @@ def render_backup(console: Screen, doc: dict) -> None:
     console.print(kv_table("Backup", [
         ("backup", shell_path(doc["backup"])), ("store", shell_path(doc["store"])),  # quoted: a path with spaces is one word, never wrapped
         *((key, doc[key]) for key in ("command", "step", "complete") if key != "step" or doc["step"]),
-        ("restored", "no" if doc["restored_ms"] is None else f"yes, {iso_ms(doc['restored_ms'])}"),
-        ("whole files", len(doc["files"])),
-        ("byte ranges", len(doc["ranges"])),
-        ("files it created", f"{len(doc['created'])} (deleted on restore)"),
-        ("bytes kept", doc["bytes"]),
-    ]))
+        ("restored", "no" if doc["restored_ms"] is None else f"yes, {iso_ms(doc['restored_ms'])}"), ("whole files", len(doc["files"])),
+        ("byte ranges", len(doc["ranges"])), ("files it created", f"{len(doc['created'])} (deleted on restore)"), ("bytes kept", doc["bytes"])]))
     if doc["restored_ms"] is not None:
         return  # what it would put back was put back then
     for path in doc["files"]:  # paths as they are: no markup in them (``[/]`` in a name)

@@ -19,12 +19,9 @@ from .sharedscans import SharedScans
 if TYPE_CHECKING:  # the plan's dataclasses: not loaded where only the eras are asked for (``nextstart``)
     from .plans import Plan
 
-IMMATERIAL = (
-    # 5.x checkpoint fields: 4.x brokers ignore bytes 24..39 of the checkpoint, and a 5.x broker outside
-    # controller/duplication mode reads neither back (reference §7, §8.2, §8.5)
-    "master_flushed_offset",
-    "confirm_phy_offset",
-)
+# 5.x checkpoint fields: 4.x brokers ignore bytes 24..39 of the checkpoint, and a 5.x broker outside
+# controller/duplication mode reads neither back (reference §7, §8.2, §8.5)
+IMMATERIAL = ("master_flushed_offset", "confirm_phy_offset")
 SHOWN = 60  # characters of each differing value in the error
 
 
@@ -100,12 +97,10 @@ def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any, SharedS
             more = f", and {len(diffs) - 1} more difference(s)" if len(diffs) > 1 else ""
             relevant = set(relevant_rules(store))
             deciding = ", ".join(r for r in rules_deciding(candidates[0], candidate) if r in relevant)
-            raise Refused(
-                f"cannot tell which broker version wrote this store (its marks leave {guess.label}: `mqtool info` shows "
-                f"them), and its {plans[0].command} plan differs between {labels[0]} and {label} ({path}: {_short(x)} vs {_short(y)}{more}; "
-                f"rules: {deciding}): pass --broker-version with the release the broker ran "
-                f"(e.g. {', '.join(str(c) for c in guess.candidates)})"
-            )
+            raise Refused(f"cannot tell which broker version wrote this store (its marks leave {guess.label}: `mqtool info` shows "
+                          f"them), and its {plans[0].command} plan differs between {labels[0]} and {label} ({path}: {_short(x)} vs {_short(y)}{more}; "
+                          f"rules: {deciding}): pass --broker-version with the release the broker ran "
+                          f"(e.g. {', '.join(str(c) for c in guess.candidates)})")
     if len(plans) == 1:  # every era left follows the same rules for this store: nothing to tell the user
         return dataclasses.replace(plans[0], version_source=f"detected: {guess.label}, alike for this store (evidence: mqtool info)")
     considered = ", ".join(labels)

@@ -97,10 +97,8 @@ class DLedgerLog(LogKind):
         dl = self.dl
         cq_cut = headerless_end(run.store.commitlog, run.scan.end) if run.dispatch_a else dl.end.offset
         if cq_cut < dl.end.offset:
-            run.notes.append(
-                f"{run.version}'s abnormal DLedger recovery adds up record sizes without their 48-byte entry headers: it takes {cq_cut} "
-                f"for the end of the log (really {dl.end.offset}) and truncates the consume queues there"
-            )
+            run.notes.append(f"{run.version}'s abnormal DLedger recovery adds up record sizes without their 48-byte entry headers: it takes {cq_cut} "
+                             f"for the end of the log (really {dl.end.offset}) and truncates the consume queues there")
         run.scan.end = dl.end  # DLedgerMmapFileStore.recover truncates the data where its entry walk stops
         if not run.dispatch_a:  # and that walk is the scan: it passes a damaged record in a sound entry
             run.scan.records = dl.walked
@@ -154,21 +152,17 @@ class DLedgerLog(LogKind):
             if lost:
                 queues = {(r.topic_name, r.queue_id) for r in lost}
                 shifted = sum(1 for r in cl.scan(reput_from, end) if (r.topic_name, r.queue_id) in queues and dispatches_to_consume_queue(r.sys_flag))
-                notes.append(
-                    f"{version}'s abnormal DLedger recovery loses {len(lost)} acknowledged message(s) at [{lost[0].offset}, {lost[-1].offset}]: their consume "
-                    f"queue entries are truncated and the start-up reput resumes only at the committed position {reput_from} (checkpoint committedIndex "
-                    f"{dl.committed_index})" + (f"; {shifted} later message(s) of the same {len(queues)} queue(s) land at shifted queue offsets" if shifted else "")
-                    + ". `mqtool rebuild-cq` keeps them all"
-                )
+                notes.append(f"{version}'s abnormal DLedger recovery loses {len(lost)} acknowledged message(s) at [{lost[0].offset}, {lost[-1].offset}]: their consume "
+                             f"queue entries are truncated and the start-up reput resumes only at the committed position {reput_from} (checkpoint committedIndex "
+                             f"{dl.committed_index})" + (f"; {shifted} later message(s) of the same {len(queues)} queue(s) land at shifted queue offsets" if shifted else "")
+                             + ". `mqtool rebuild-cq` keeps them all")
         if dropped:
             first = min(f.header.begin_phy_offset for f in dropped)
             upto = end if run.indexed_from is None else min(run.indexed_from, end)
             if first < upto:
-                notes.append(
-                    f"{version}'s DLedger recovery deletes {len(dropped)} index file(s) (abnormal exit, indexMsgTimestamp "
-                    f"{store.checkpoint.index_msg_timestamp if store.checkpoint else 0}) and never re-indexes [{first}, {upto}): "
-                    "every key or UNIQ_KEY lookup of those messages returns nothing afterwards. `mqtool rebuild-index` rebuilds them"
-                )
+                notes.append(f"{version}'s DLedger recovery deletes {len(dropped)} index file(s) (abnormal exit, indexMsgTimestamp "
+                             f"{store.checkpoint.index_msg_timestamp if store.checkpoint else 0}) and never re-indexes [{first}, {upto}): "
+                             "every key or UNIQ_KEY lookup of those messages returns nothing afterwards. `mqtool rebuild-index` rebuilds them")
         return notes
 
     def checkpoint(self, run: RecoveryRun, after: StoreCheckpoint) -> StoreCheckpoint:

@@ -160,10 +160,8 @@ class ClassicLog(LogKind):
         notes = []
         covered_from = min((p.start for p in phases if p.consume_queues), default=end)
         if 0 <= max_cq < end and covered_from > max_cq and _record_starts_at(store, max_cq, False):  # a record lies past the queues' end
-            notes.append(
-                f"records in [{max_cq}, {min(covered_from, end)}) lie past the consume queues' end and {run.rules.version}'s {run.mode} recovery does not "
-                "re-dispatch them (they stay unreadable by consumers): run `mqtool rebuild-cq`, or `mqtool recover --abnormal`"
-            )
+            notes.append(f"records in [{max_cq}, {min(covered_from, end)}) lie past the consume queues' end and {run.rules.version}'s {run.mode} recovery does not "
+                         "re-dispatch them (they stay unreadable by consumers): run `mqtool rebuild-cq`, or `mqtool recover --abnormal`")
         notes += [f"5.3.2+ normal recovery re-dispatches only records strictly after the consume queues' max offset {p.after_phys}: "
                   "the record that starts exactly there is not re-dispatched (reference §8.5), as the broker does"
                   for p in phases if p.after_phys is not None and p.after_phys >= 0 and _record_starts_at(store, p.after_phys, legacy)]
@@ -171,10 +169,8 @@ class ClassicLog(LogKind):
             last = run.kept[-1].header.end_phy_offset
             dispatched = any(p.start <= last < p.stop and (p.after_phys is None or last > p.after_phys) for p in phases if p.index)
             if dispatched and _record_starts_at(store, last, legacy):
-                notes.append(
-                    f"the record at {last} (the last one already indexed) is indexed again by the re-dispatch (buildIndex skips only offsets below "
-                    "the index's end offset): its keys get duplicate index entries and queries return it twice, as on the broker"
-                )
+                notes.append(f"the record at {last} (the last one already indexed) is indexed again by the re-dispatch (buildIndex skips only offsets below "
+                             "the index's end offset): its keys get duplicate index entries and queries return it twice, as on the broker")
         return notes
 
     def checkpoint(self, run: RecoveryRun, after: StoreCheckpoint) -> StoreCheckpoint:

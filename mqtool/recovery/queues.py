@@ -196,11 +196,8 @@ class QueueSim:
     def equals_original(self) -> bool:
         """The files a rebuild writes hold the original files' bytes: the same files, each of the
         configured size, whose only non-zero units are the placed ones."""
-        return (
-            bool(self.original) and not self.differs and set(self.files) == set(self.original)
-            and all(p.stat().st_size == self.file_size for p in self.original.values())
-            and self._nonzero_units_from(0) == self.added + self.fillers
-        )
+        return (bool(self.original) and not self.differs and set(self.files) == set(self.original)
+                and all(p.stat().st_size == self.file_size for p in self.original.values()) and self._nonzero_units_from(0) == self.added + self.fillers)
 
     def _prune(self) -> None:
         """Keep placed units only where later steps read them, the first file (min offset) and the

@@ -50,12 +50,9 @@ class RebuildScan:
         """No CRC check on DLedger data (``DLedgerMmapFileStore.recover`` checks none, §15.4). ``commitlog``: another view of
         the log's files (a record whose DLedger entry header alone is broken, walked in its file alone), not shared."""
         check_crc = discipline == "recovery" and self.store.config.check_crc_on_recover and not self.store.is_dledger
-        return scan_phase(
-            self.scans if commitlog is None else None, commitlog or self.store.commitlog, start, stop, discipline=discipline,
-            tags=TAGS_DELIVERY_TIME, delay_table=self.store.delay_table,
-            legacy_properties=self.rules.legacy_properties, index_enable=self.index, index_rule=self.rules.index_rule, check_crc=check_crc,
-            topics=self.topics, ahead=ahead,
-        )
+        return scan_phase(self.scans if commitlog is None else None, commitlog or self.store.commitlog, start, stop, discipline=discipline,
+                          tags=TAGS_DELIVERY_TIME, delay_table=self.store.delay_table, legacy_properties=self.rules.legacy_properties,
+                          index_enable=self.index, index_rule=self.rules.index_rule, check_crc=check_crc, topics=self.topics, ahead=ahead)
 
     def __iter__(self) -> Iterator[DispatchBatch]:
         cl = self.store.commitlog
@@ -121,11 +118,8 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
         allowed = topic_names(doc)
 
     def selected(topic: str, qid: int) -> bool:
-        return (
-            (options.topic is None or topic == options.topic)
-            and (options.queue_id is None or qid == options.queue_id)
-            and (options.queues is None or (topic, qid) in options.queues)
-        )
+        return ((options.topic is None or topic == options.topic) and (options.queue_id is None or qid == options.queue_id)
+                and (options.queues is None or (topic, qid) in options.queues))
 
     existing = {(q.topic, q.queue_id): q for q in store.consume_queues if selected(q.topic, q.queue_id)}
     sims: dict = {}

@@ -39,13 +39,9 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
     the recovery, (topic, queue id) -> ``QueueSim`` (``planners.recovered_queues``)."""
     version, source = store_version(store)
     unwritable_checkpoint(store)
-    run = RecoveryRun(
-        store, options, command, cache, walked, scans, version, source, VersionRules(version),
-        options.mode or ("abnormal" if store.abort_present else "normal"),
-        store.checkpoint is not None,
-        store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0),
-        store.config.message_index_safe if options.index_safe is None else options.index_safe,
-    )
+    run = RecoveryRun(store, options, command, cache, walked, scans, version, source, VersionRules(version),
+                      options.mode or ("abnormal" if store.abort_present else "normal"), store.checkpoint is not None,
+                      store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0), store.config.message_index_safe if options.index_safe is None else options.index_safe)
     _recover_queues(run)  # 1
     _load_index(run)  # 2
     kind = log_kind(store)
@@ -109,11 +105,9 @@ def _scan(run: RecoveryRun, kind: LogKind) -> None:
     tags_a = TAGS_HASH if (run.abnormal and rules.delay_table_missing_in_recovery) else TAGS_DELIVERY_TIME
     run.topics = topic_table(run.scans, cache)
     run.index_writer = index_placement(store, rules, run.kept, run.dropped) if run.dispatching and run.index_enable else None
-    scanner = scan_phase(
-        run.scans, store.commitlog, start, None, discipline="recovery", tags=tags_a, delay_table=store.delay_table, legacy_properties=run.legacy,
-        index_enable=run.index_enable, index_rule=rules.index_rule, check_crc=config.check_crc_on_recover, topics=run.topics,
-        shown=run.walked if kind.shows_walked and config.check_crc_on_recover else None, ahead=True,
-    )
+    scanner = scan_phase(run.scans, store.commitlog, start, None, discipline="recovery", tags=tags_a, delay_table=store.delay_table, legacy_properties=run.legacy,
+                         index_enable=run.index_enable, index_rule=rules.index_rule, check_crc=config.check_crc_on_recover, topics=run.topics,
+                         shown=run.walked if kind.shows_walked and config.check_crc_on_recover else None, ahead=True)
     counts = PhaseCounts()
     run.phase_counts.append(counts)
     for batch in scanner:
@@ -129,10 +123,8 @@ def _scan(run: RecoveryRun, kind: LogKind) -> None:
         hashed = tags_a == TAGS_HASH
         run.phases.append(DispatchPhase("recovery", start, dispatched_to, "recovery", tags_a, True, run.index_enable, counts.records, counts.cq, counts.sched if hashed else 0, threshold_a))
         if hashed and counts.sched:
-            run.notes.append(
-                f"{counts.sched} delayed message(s) of {SCHEDULE_TOPIC} get their TAGS hash as consume queue tags code, "
-                f"not the delivery time: {run.version} recovers before it loads the delay levels (reference §3.5); the broker delivers them at once"
-            )
+            run.notes.append(f"{counts.sched} delayed message(s) of {SCHEDULE_TOPIC} get their TAGS hash as consume queue tags code, not the delivery "
+                             f"time: {run.version} recovers before it loads the delay levels (reference §3.5); the broker delivers them at once")
 
 
 def _cut(run: RecoveryRun, kind: LogKind) -> None:
@@ -184,10 +176,8 @@ def _reput(run: RecoveryRun, kind: LogKind) -> None:
         return
     counts = PhaseCounts()
     run.phase_counts.append(counts)
-    reput = scan_phase(
-        run.scans, cl, reput_from, end, discipline="reput", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
-        legacy_properties=run.legacy, index_enable=run.index_enable, index_rule=rules.index_rule, check_crc=False, topics=run.topics,
-    )
+    reput = scan_phase(run.scans, cl, reput_from, end, discipline="reput", tags=TAGS_DELIVERY_TIME, delay_table=store.delay_table,
+                       legacy_properties=run.legacy, index_enable=run.index_enable, index_rule=rules.index_rule, check_crc=False, topics=run.topics)
     notify = reput_notify(store, rules)
     for batch in reput:
         if notify is not None and (thrown := first_throw(batch, run.topics.names, multi_dispatch(store, rules), notify)) is not None:
@@ -221,10 +211,8 @@ def _index_results(run: RecoveryRun, kind: LogKind) -> None:
         if run.dropped and not run.index_safe and run.index_enable:
             first_dropped = run.dropped[0].header.begin_phy_offset
             if first_dropped < start and run.indexed_from == start:  # else the log kind says (``MixedFirstLoad``, ``DLedgerLog``)
-                run.notes.append(
-                    f"index entries of records in [{first_dropped}, {start}) are lost: their index file is deleted after the abnormal exit "
-                    "and recovery re-indexes only from its start segment (broker behaviour with messageIndexSafe=false; --index-safe avoids it)"
-                )
+                run.notes.append(f"index entries of records in [{first_dropped}, {start}) are lost: their index file is deleted after the abnormal exit "
+                                 "and recovery re-indexes only from its start segment (broker behaviour with messageIndexSafe=false; --index-safe avoids it)")
     index_plan = run.index_plan
     run.actions += write_action(queue_writes, index_plan is not None and any(f.action in ("append", "create") for f in index_plan.files))
     if index_plan is not None and run.index_enable and store.commitlog.segments:
@@ -245,10 +233,8 @@ def _checkpoint(run: RecoveryRun, kind: LogKind) -> tuple[CheckpointPlan | None,
         return None, False
     multi = sum(c.multi for c in run.phase_counts)
     if multi:
-        run.notes.append(
-            f"{multi} re-dispatched record(s) carry INNER_MULTI_DISPATCH (LMQ): a broker with enableMultiDispatch/enableLmq also "
-            "writes their entries into the listed queues; mqtool does not (reference §3.6)"
-        )
+        run.notes.append(f"{multi} re-dispatched record(s) carry INNER_MULTI_DISPATCH (LMQ): a broker with enableMultiDispatch/enableLmq also "
+                         "writes their entries into the listed queues; mqtool does not (reference §3.6)")
     cp = run.cp
     last_cq = [c.last_cq_ts for c in run.phase_counts if c.last_cq_ts is not None]
     after = cp._replace(logics_msg_timestamp=last_cq[-1] if last_cq else cp.logics_msg_timestamp)

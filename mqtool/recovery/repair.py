@@ -51,14 +51,12 @@ from .planners import plan_rebuild_cq, plan_rebuild_index  # under every candida
 from ..store.walkedchain import WalkedChain
 
 # Commit log findings that name bytes which are gone: no repair brings the records back.
-LOST_KINDS = frozenset(
-    {"crc-mismatch", "property-crc-mismatch", "phys-offset-mismatch", "damaged-range", "segment-gap", "half-message", "blank-size", "data-after-end", "dledger-record"}
-)
+LOST_KINDS = frozenset({"crc-mismatch", "property-crc-mismatch", "phys-offset-mismatch", "damaged-range", "segment-gap", "half-message", "blank-size",
+                        "data-after-end", "dledger-record"})
 CQ_KINDS = frozenset({"cq-file-gap", "cq-file-size", "cq-invalid-unit", "cq-entry-mismatch", "cq-entry-dangling", "cq-entry-beyond-end", "cq-entry-missing",
                       "cq-filler-tail"})
-INDEX_KINDS = frozenset(
-    {"index-header", "index-chain", "index-entry-mismatch", "index-entry-dangling", "index-entry-beyond-end", "index-keys-missing", "index-file-size", "index-file-dropped"}
-)
+INDEX_KINDS = frozenset({"index-header", "index-chain", "index-entry-mismatch", "index-entry-dangling", "index-entry-beyond-end", "index-keys-missing",
+                         "index-file-size", "index-file-dropped"})
 CHECKPOINT_KINDS = frozenset({"checkpoint-missing", "checkpoint-size", "checkpoint-ahead", "checkpoint-empty"})
 # Findings of a file or entry the file fixes change (``plan_file_fixes``): gone once they are applied.
 FILE_FIX_KINDS = frozenset({SEGMENT_SIZE, SEGMENT_NAME, STRAY_ENTRY, "cq-stray-entry", "index-stray-entry", "dledger-stray-entry",
@@ -877,11 +875,9 @@ def plan_state_fixes(store: Store, t: Triage) -> Plan | None:
     if t.checkpoint:
         cp = store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0)
         last = t.last_timestamp or 0
-        after = cp._replace(
-            physic_msg_timestamp=min(cp.physic_msg_timestamp, last) if cp.physic_msg_timestamp else last,
-            logics_msg_timestamp=min(cp.logics_msg_timestamp, last) if cp.logics_msg_timestamp else last,
-            index_msg_timestamp=min(cp.index_msg_timestamp, last),
-        )
+        after = cp._replace(physic_msg_timestamp=min(cp.physic_msg_timestamp, last) if cp.physic_msg_timestamp else last,
+                            logics_msg_timestamp=min(cp.logics_msg_timestamp, last) if cp.logics_msg_timestamp else last,
+                            index_msg_timestamp=min(cp.index_msg_timestamp, last))
         cp_plan = CheckpointPlan(store.checkpoint is not None and store.path("checkpoint").stat().st_size == cpfmt.CHECKPOINT_FILE_SIZE, cp._asdict(), after._asdict())
         actions.append(Action("write-checkpoint", "checkpoint", note=f"timestamps no later than the last valid message ({last})"))
     for f in t.configs:
