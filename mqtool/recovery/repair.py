@@ -1103,14 +1103,9 @@ def _file_fixes_of(store: Store, findings: list[Finding]) -> tuple[list[RepairSt
 
 
 def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan, store: Store) -> list[Expected]:
-    """The findings the file fixes (``_file_fixes_of``, which ``repair`` applies first) remove, marked with their step, then
-    ``expected_after`` of those the recovery leaves."""
+    """``recover``'s "will still report" table: ``after_recovery`` of the file fixes ``repair`` would make (``_file_fixes_of``)."""
     findings, run = verified
-    cut = next_start_cut(store, recover, findings, start_after_recovery(store, recover))
-    fixed = file_fix_steps(findings, *_file_fixes_of(store, findings))
-    left = triage(cut_marked(predict_after_recovery([f for f in findings if id(f) not in fixed], recover, store, run.last_timestamp), cut),
-                  run.last_timestamp)
-    return [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + before_cut(expected_after(left), cut) + unpredicted(store, cut)
+    return after_recovery(store, findings, *_file_fixes_of(store, findings), recover, run.last_timestamp, repairs=False)[1]
 
 
 def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None], Plan], *, before_verify: Callable[[], None] | None = None) -> Plan:
@@ -1248,13 +1243,17 @@ def unpredicted(store: Store, cut: tuple[ScanStart, ScanEnd] | None) -> list[Exp
 
 
 def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep], files: Plan | None, recover: Plan,
-                   last_timestamp: int | None) -> tuple[list[RepairStep], list[Expected]]:
+                   last_timestamp: int | None, *, repairs: bool = True) -> tuple[list[RepairStep], list[Expected]]:
     """The steps ``repair`` predicts after the file fixes (``steps``, ``files``) and the recovery ``recover`` of ``store``, from
-    verify's ``findings`` today, and what verify still reports after them (its "will still report" table)."""
+    verify's ``findings`` today, and what verify still reports after them (its "will still report" table). Without ``repairs``,
+    ``recover``'s table, of the recovery alone: every finding, those the file fixes or a later step remove marked with that step."""
     start = start_after_recovery(store, recover)
     fixed, cut = file_fix_steps(findings, steps, files), next_start_cut(store, recover, findings, start)
-    kept = cut_marked(predict_after_recovery(_left_by_file_fixes(store, findings, fixed, files), recover, store, last_timestamp), cut)
+    left = _left_by_file_fixes(store, findings, fixed, files) if repairs else [f for f in findings if id(f) not in fixed]
+    kept = cut_marked(predict_after_recovery(left, recover, store, last_timestamp), cut)
     t = triage(kept, last_timestamp)
+    if not repairs:
+        return [], [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + before_cut(expected_after(t), cut) + unpredicted(store, cut)
     offsets = store.config_file("consumerOffset.json") is not None
     # the rebuild's queue ends, for the offsets' rows; and past lost records, the entries it writes after them at the queue's
     # write position (the broker's ``putMessagePositionInfo`` does not renumber the records: lost data, ``misplaced_findings``)
