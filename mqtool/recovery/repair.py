@@ -8,6 +8,7 @@ index rebuilds, the checkpoint, ``config/*.json`` from its ``.bak``, the abort f
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import operator
@@ -907,7 +908,8 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: St
     ``checkpoint-ahead`` judged on the checkpoint the recovery persists (``last_timestamp``: the last valid message's),
     its ``index-keys-missing`` before the recovery's re-indexing (``_unindexed_after``) and its ``consumer-offset-range``
     placed against the queues the recovery leaves (``recovered_offset_findings``)."""
-    end = recover.commitlog.valid_end if recover.commitlog is not None else None
+    cl = recover.commitlog
+    end = cl.valid_end if cl is not None else None
     dropped = {f"index/{f.name}" for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
     cq_from = min((p.start for p in recover.dispatch if p.consume_queues), default=None)
     ix_from = min((p.start for p in recover.dispatch if p.index), default=None)
@@ -918,7 +920,8 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: St
     def removes(f: Finding) -> bool:
         return (
             (f.kind in ("abort-present", "index-file-dropped") and recover.remove_abort)
-            or (f.kind in LOST_KINDS and _at_or_after(f.offset, end) and _cut_away(f, recover.commitlog))
+            # bytes at or after the end the cut zeroes or deletes (not those DLedger's recovery leaves in its file, ``zeroes_after_cut``)
+            or (f.kind in LOST_KINDS and _at_or_after(f.offset, end) and (f.offset < cl.zero_to or Path(f.file or "").name in cl.delete_segments))
             # entries past the end of a queue the recovery rewrites (at full size: its files' length too), and missing ones it re-dispatches
             or (f.kind in ("cq-entry-beyond-end", "cq-file-size") and _queue_of(f) in changed_queues)
             # (not those the reput skips: past a record it cannot read it goes on at the next file, verify's ``reput_gaps``)
@@ -937,7 +940,6 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: St
         return kept
     partly = {_queue_of(f) for f in kept if f.kind == "cq-entry-missing" and (f.details or {}).get("redispatched_from") is not None}
     kept += [g for q in recover.queues for g in misplaced_findings(store, q, q.first_added if (q.topic, q.queue_id) in partly else None)]
-    cl = recover.commitlog
     if last_timestamp is not None and cl is not None and cl.end_is_damage and cl.last_valid_offset >= 0 and not store.is_dledger:  # it cuts
         last_timestamp = store.commitlog.read_record(cl.last_valid_offset).store_timestamp
     if last_timestamp is not None and (checkpoint or store.checkpoint is not None):  # verify's check on the checkpoint it leaves
@@ -946,12 +948,6 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: St
     if (unindexed := _unindexed_after(store, recover, ix_from)) is not None:
         kept = _replaced(kept, "index-keys-missing", lambda f: ix_from is None or f.offset < ix_from, unindexed)
     return recovered_offset_findings(store, kept, recover)
-
-
-def _cut_away(f: Finding, cl) -> bool:
-    """Whether the recovery's cut (``cl``, a ``CommitLogPlan``) zeroes or deletes the bytes of finding ``f``, at or after its
-    end: not those DLedger's recovery leaves after it in its file (``DLedgerLog.zeroes_after_cut``)."""
-    return f.offset < cl.zero_to or Path(f.file or "").name in cl.delete_segments
 
 
 def _partly_redispatched(f: Finding, cq_from: int | None, store: Store | None) -> Finding:
@@ -1178,17 +1174,6 @@ def _left_by_file_fixes(store: Store, findings: list[Finding], fixed: dict[int, 
     return [g for f in findings for g in after(f)]
 
 
-def _rebuild_of(store: Store, queues: Iterable[tuple[str, int]], start: ScanStart | None) -> list[Plan]:
-    """The predicted ``rebuild-cq`` step's plan of ``queues``, made on the store as it is, its walk ending where the start after
-    the recovery (``start``: ``start_after_recovery``) ends the log (``rebuild.RebuildScan``); none where it cannot be planned (the
-    candidate versions' plans differ, a record it refuses: the step, planned again when applied, then says so), the rows then
-    placed after the recovery alone."""
-    try:
-        return [plan_queue_rebuild(store, queues, start.offset if start is not None else None)]
-    except (Refused, BadInput):
-        return []
-
-
 def start_after_recovery(store: Store, recover: Plan) -> ScanStart | None:
     """Where the broker's start after ``recover`` scans from, when ``recover`` is an abnormal recovery that removes the abort
     file of a 3.2.6-5.3.1 classic store: its normal recovery from the third-last segment of those ``recover`` leaves
@@ -1257,7 +1242,12 @@ def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep
     offsets = store.config_file("consumerOffset.json") is not None
     # the rebuild's queue ends, for the offsets' rows; and past lost records, the entries it writes after them at the queue's
     # write position (the broker's ``putMessagePositionInfo`` does not renumber the records: lost data, ``misplaced_findings``)
-    rebuild = _rebuild_of(store, t.queues, start) if t.queues and (offsets or any(f.kind in LOST_KINDS for f in kept)) else []
+    # (the predicted rebuild-cq on the store as it is, its walk ending where ``start`` ends the log, ``RebuildScan``; none where it
+    # cannot be planned, as where the candidate versions' plans differ: the step, planned again when applied, then says so)
+    rebuild = []
+    if t.queues and (offsets or any(f.kind in LOST_KINDS for f in kept)):
+        with contextlib.suppress(Refused, BadInput):
+            rebuild = [plan_queue_rebuild(store, t.queues, start.offset if start is not None else None)]
     if offsets and rebuild:
         t = triage(recovered_offset_findings(store, kept, recover, *rebuild), last_timestamp)
     renumbered = [expected(g, True) for plan in rebuild for q in plan.queues for g in misplaced_findings(store, q)]
