@@ -331,7 +331,6 @@ class Executor:
         self.backup.backup_file(action.path)
         durability_point("config backed up")
         data = (self.root / (action.path + ".bak")).read_bytes()
-        makedirs(self.staging)
         write_atomic(self.root / action.path, data, self.staging, owner_for(self.root / action.path))
 
     def _keep(self, rel: str) -> None:
