@@ -256,25 +256,19 @@ class Executor:
         zero_range(self.root / action.path, action.start, action.end)
 
     def _delete(self, action) -> None:
-        """The file deleted, its bytes in the backup; a symlink is moved into it as it is (``BackupSet.move_entry``):
-        the broker's ``File.delete`` removes the link, not the file it names, and ``restore`` puts the link back."""
-        if (self.root / action.path).is_symlink():
+        """The file deleted, its bytes in the backup (``quarantine``: a stray file moved into it, ``restore`` puts it back); a
+        symlink, and a directory ``quarantine`` moves, is renamed into it as it is (``BackupSet.move_entry``): the broker's
+        ``File.delete`` removes the link, not the file it names, and ``restore`` puts the link back."""
+        path = self.root / action.path
+        if path.is_symlink() or action.op == "quarantine" and path.is_dir():
             self.backup.move_entry(action.path)
             durability_point("entry moved")
             return
         self.backup.backup_file(action.path)
         durability_point("file backed up")
-        remove(self.root / action.path)
+        remove(path)
 
-    def _quarantine(self, action) -> None:
-        """A stray file moves into the backup (``restore`` puts it back); a directory or symlink is
-        renamed into it as it is (``BackupSet.move_entry``)."""
-        path = self.root / action.path
-        if path.is_symlink() or path.is_dir():
-            self.backup.move_entry(action.path)
-            durability_point("entry moved")
-        else:
-            self._delete(action)
+    _quarantine = _delete
 
     def _resize(self, action) -> None:
         """The file padded with zeros or trimmed to ``action.end`` bytes (created if absent), written
