@@ -24,12 +24,7 @@ from typing import Callable
 from .. import activity
 from ..errors import BadInput, MqtoolError, Refused, StoreInUse
 from ..handoff import Stage
-from ..formats import checkpoint as cpfmt
-from ..formats import commitlog as clfmt
-from ..formats import consumequeue as cqfmt
-from ..formats import dledger as dlfmt
-from ..formats import timer as tfmt
-from ..formats import index as ixfmt
+from ..formats import checkpoint as cpfmt, commitlog as clfmt, consumequeue as cqfmt, dledger as dlfmt, timer as tfmt, index as ixfmt
 from ..dispatch.scanner import DispatchCache, TopicTable, after_phys, consume_queue_entries, phase_scanner
 from ..recovery.planparts import file_crc32, multi_dispatch, put_index
 from ..recovery.plans import Plan

@@ -13,8 +13,7 @@ from pathlib import Path
 
 from ..errors import Refused
 from ..fileops import fsync_dir, fsync_path
-from ..formats import checkpoint as cpfmt
-from ..formats import commitlog as clfmt
+from ..formats import checkpoint as cpfmt, commitlog as clfmt
 from ..formats.dispatch import DispatchRequest, dispatches_to_consume_queue
 from ..store import Store
 from ..recovery.planparts import geometry

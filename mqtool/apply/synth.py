@@ -15,8 +15,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..formats import checkpoint as cpfmt
-from ..formats import commitlog as clfmt
+from ..formats import checkpoint as cpfmt, commitlog as clfmt
 from ..formats.dispatch import DEFAULT_DELAY_TABLE, SCHEDULE_TOPIC, DispatchRequest, consume_queue_tags_code
 from ..formats.hashing import body_crc
 from ..formats.properties import PropertyKey, encode_properties, split_keys

@@ -16,8 +16,7 @@ from typing import Callable
 import numpy as np
 
 from ..fileops import fsync_dir, fsync_path, pwrite_all
-from ..formats import consumequeue as cqfmt
-from ..formats import index as ixfmt
+from ..formats import consumequeue as cqfmt, index as ixfmt
 from ..formats.dispatch import DispatchRequest
 from ..store.consumequeue import UNIT_DTYPE
 from ..dispatch.placement import H_PUT, S_FILL_FROM, S_FILL_TO, IndexPlacement, QueueState, place_units

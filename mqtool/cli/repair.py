@@ -20,8 +20,7 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, newest_first, refuse_backup_inside, refuse_changed, refuse_incomplete, refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
-from ..apply.backup import BACKUPS_DIR
+from ..apply.backup import BACKUPS_DIR, REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, newest_first, refuse_backup_inside, refuse_changed, refuse_incomplete, refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
 from ..apply.heap import release_free_heap
 from ..fileops import TMP_SUFFIX, write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError

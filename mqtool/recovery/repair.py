@@ -20,10 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from .. import activity
-from ..formats import checkpoint as cpfmt
-from ..formats import config as cfgfmt
-from ..formats import consumequeue as cqfmt
-from ..formats import timer as tfmt
+from ..formats import checkpoint as cpfmt, config as cfgfmt, consumequeue as cqfmt, timer as tfmt
 from ..formats.dispatch import dispatch_request
 from ..errors import BadInput, Refused
 from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
@@ -46,8 +43,7 @@ from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, Veri
 from ..verify.consumequeue import entry_mismatch
 from ..verify.lmq import adjacent_runs, lmq_queue_dirs
 from ..verify.state import checkpoint_ahead_findings, config_file_findings, consumer_offset_findings
-from .plans import PlanOptions
-from .plans import Action, CheckpointPlan, Expected, Plan, QueuePlan, _from_json_value, _to_json_value
+from .plans import Action, CheckpointPlan, Expected, Plan, PlanOptions, QueuePlan, _from_json_value, _to_json_value
 from .planners import plan_rebuild_cq, plan_rebuild_index  # under every candidate version, as the commands plan
 from ..store.walkedchain import WalkedChain
 
