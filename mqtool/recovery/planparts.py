@@ -396,8 +396,8 @@ def index_plan_of(store: Store, kept: list, dropped: list, writer: IndexPlacemen
     return IndexPlan(enabled, slots, num, tuple(files), indexed_from, keys, full, kept[-1].name if kept else None), actions
 
 
-def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tuple[Fingerprint, ...]:
-    """Every file the plan read (size, mtime) or changes (and, for saved plans, their CRC32)."""
+def with_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> Plan:
+    """``plan`` with its ``inputs``: every file it read (size, mtime) or changes (and, for saved plans, their CRC32)."""
     root, cl = store.path(), store.commitlog
     start = min([plan.commitlog.scan_from if plan.commitlog else cl.min_offset] + [phase.start for phase in plan.dispatch])
     read = [seg.path for seg in cl.segments if seg.end_offset > start]
@@ -412,9 +412,5 @@ def plan_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> tupl
     if plan.checkpoint is not None and plan.checkpoint.changed:
         changed.add(root / "checkpoint")
     read += [root / "checkpoint", root / markers.ABORT_FILE]
-    out = []
-    for p in dict.fromkeys(read + sorted(changed)):  # each once, in order
-        if p.exists():
-            st = p.stat()
-            out.append(Fingerprint(rel(store, p), st.st_size, st.st_mtime_ns, file_crc32(p) if with_crc and p in changed else None))
-    return tuple(out)
+    return replace(plan, inputs=tuple(Fingerprint(rel(store, p), st.st_size, st.st_mtime_ns, file_crc32(p) if with_crc and p in changed else None)
+                                      for p in dict.fromkeys(read + sorted(changed)) if p.exists() for st in [p.stat()]))  # each once, in order

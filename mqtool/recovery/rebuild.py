@@ -14,8 +14,8 @@ from ..formats.dispatch import LMQ_PREFIX
 from ..store import Store
 from ..store.commitlog import CommitLog, ScanEnd
 from ..dispatch.scanner import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache, DispatchScanner, TopicTable
-from .planparts import (DEFAULT_GEOMETRY, PhaseCounts, config_options, index_placement, index_plan_of, multi_dispatch, plan_inputs, planned_entries,
-                        put_index, queue_actions, queue_plan, store_version, write_action)
+from .planparts import (DEFAULT_GEOMETRY, PhaseCounts, config_options, index_placement, index_plan_of, multi_dispatch, planned_entries,
+                        put_index, queue_actions, queue_plan, store_version, with_inputs, write_action)
 from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueuePlan
 from .queues import QueueSim
 from ..store.mappedfile import INDEX_SERVICE, LEFT_OUT
@@ -157,9 +157,9 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
         notes.append("nothing to rebuild: every consume queue already equals the rebuild")
     phase = DispatchPhase("rebuild", clmin, end, scanner.discipline, TAGS_DELIVERY_TIME, True, False, counts.records, counts.cq)
     opts = {"topic": options.topic, "queue_id": options.queue_id, "respect_topic_config": options.respect_topic_config}
-    plan = Plan.new("rebuild-cq", store.path(), str(version), source, deletes + write_action(writes, False),
-                    options={**config_options(store), **opts}, dispatch=(phase,), queues=tuple(queue_plans), notes=tuple(notes))
-    return replace(plan, inputs=plan_inputs(store, plan, sims, with_crc=with_crc))
+    return with_inputs(store, Plan.new("rebuild-cq", store.path(), str(version), source, deletes + write_action(writes, False),
+                                       options={**config_options(store), **opts}, dispatch=(phase,), queues=tuple(queue_plans), notes=tuple(notes)),
+                       sims, with_crc=with_crc)
 
 
 def _not_rebuilt(store: Store, old: list) -> tuple[list[Action], list]:
@@ -238,6 +238,5 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
         cp_plan = CheckpointPlan(True, cp._asdict(), cp._replace(index_msg_timestamp=full)._asdict())
         actions.append(Action("write-checkpoint", "checkpoint", note="indexMsgTimestamp = end time of the last full index file"))
     phase = DispatchPhase("rebuild", cl.min_offset, end, scanner.discipline, TAGS_DELIVERY_TIME, False, True, counts.records, 0)
-    plan = Plan.new("rebuild-index", store.path(), str(version), source, actions, options=config_options(store), dispatch=(phase,), index=index_plan,
-                    checkpoint=cp_plan, notes=tuple(notes))
-    return replace(plan, inputs=plan_inputs(store, plan, {}, with_crc=with_crc))
+    return with_inputs(store, Plan.new("rebuild-index", store.path(), str(version), source, actions, options=config_options(store), dispatch=(phase,),
+                                       index=index_plan, checkpoint=cp_plan, notes=tuple(notes)), {}, with_crc=with_crc)

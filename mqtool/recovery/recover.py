@@ -7,7 +7,6 @@ back; DLedger's data ``recover`` leaves as ``DLedgerMmapFileStore.recover`` does
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..formats import checkpoint as cpfmt
@@ -18,8 +17,8 @@ from ..dispatch.scanner import TAGS_DELIVERY_TIME, TAGS_HASH, DispatchCache, aft
 from .logkinds import LogKind, RecoveryRun, log_kind
 from .sharedscans import SharedScans, scan_phase, topic_table
 from .planparts import (PhaseCounts, ScanResult, commitlog_plan, config_options, feed, index_gaps, index_placement, index_plan_of, multi_dispatch,
-                        plan_inputs, queue_actions, queue_plan, refusal, rel, reput_notify, store_version, unreadable_from_queues,
-                        unwritable_checkpoint, write_action)
+                        queue_actions, queue_plan, refusal, rel, reput_notify, store_version, unreadable_from_queues,
+                        unwritable_checkpoint, with_inputs, write_action)
 from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueueSeed
 from .queues import QueueSim
 from ..store.nextstart import RECOVER_FIXES, committed_refusal, later_refusal, refusal_after_recovery
@@ -57,15 +56,13 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
     if refused is not None and (late := refusal_after_recovery(store)) is not None and late[1] == refused:
         run.notes.append(f"the broker's own next start runs this recovery too, then refuses ({late[0]}): these writes stand either way, "
                          f"and the refusal stays until {late[2]}")
-    plan = Plan.new(
-        command, store.path(), str(run.version), run.source, run.actions, mode=run.mode if run.dispatching else None,
-        options={**config_options(store), "index_safe": run.index_safe, "lost_limit": options.lost_limit, "full_scan": options.full_scan},
-        commitlog=run.cl_plan, lost=run.lost, dispatch=tuple(run.phases), queues=tuple(run.queue_plans), index=run.index_plan,
-        checkpoint=cp_plan, remove_abort=remove_abort, notes=tuple(run.notes), refused=refused,
-    )
     if sims_out is not None:
         sims_out.update(run.sims)
-    return replace(plan, inputs=plan_inputs(store, plan, run.sims, with_crc=with_crc))
+    settings = {**config_options(store), "index_safe": run.index_safe, "lost_limit": options.lost_limit, "full_scan": options.full_scan}
+    return with_inputs(store, Plan.new(command, store.path(), str(run.version), run.source, run.actions, mode=run.mode if run.dispatching else None,
+                                       options=settings, commitlog=run.cl_plan, lost=run.lost, dispatch=tuple(run.phases), queues=tuple(run.queue_plans),
+                                       index=run.index_plan, checkpoint=cp_plan, remove_abort=remove_abort, notes=tuple(run.notes), refused=refused),
+                       run.sims, with_crc=with_crc)
 
 
 def _recover_queues(run: RecoveryRun) -> None:
