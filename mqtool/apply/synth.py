@@ -86,11 +86,7 @@ class MessageMix:
         rng, spec = self.rng, self.spec
         topic = rng.choice(self.topics)
         queue_id = rng.randrange(4)
-        sys_flag = 0
-        if rng.random() < 0.15:
-            sys_flag |= clfmt.SysFlag.BORNHOST_V6
-        if rng.random() < 0.10:
-            sys_flag |= clfmt.SysFlag.STOREHOST_V6
+        sys_flag = (clfmt.SysFlag.BORNHOST_V6 if rng.random() < 0.15 else 0) | (clfmt.SysFlag.STOREHOST_V6 if rng.random() < 0.10 else 0)
         born_ms = store_ts - rng.randrange(1, 50)
         props: dict[str, str] = {}
         if rng.random() < 0.8:
@@ -148,12 +144,9 @@ class CommitLogWriter:
     """Append records to segments, closing each with the end-of-file blank the profile writes."""
 
     def __init__(self, directory: Path, segment_size: int, legacy_blank: bool, base: int = 0):
-        self.directory = directory
-        self.segment_size = segment_size
-        self.legacy_blank = legacy_blank
+        self.directory, self.segment_size, self.legacy_blank, self.pos = directory, segment_size, legacy_blank, 0
         self.scratch = bytearray()  # the broker's reusable msgStoreItemMemory (for <4.9.1 blanks)
         self.base = base  # the first segment's offset (a store whose older segments expired)
-        self.pos = 0
         directory.mkdir(parents=True, exist_ok=True)
         self.file = open(directory / offset_file_name(base), "wb")
 
