@@ -39,9 +39,7 @@ def headerless_end(cl: DLedgerCommitLog, walk_end: ScanEnd) -> int:
 
 def _index_ranges(store: Store, op: str, start: int, stop: int, note: str, created=()) -> list:
     """One ``op`` action per index file over [``start``, ``stop``) of the list, files ``created`` included."""
-    actions = []
-    layout = store.commitlog.layout
-    size = index_file_size(store)
+    actions, layout, size = [], store.commitlog.layout, index_file_size(store)
     files = dict(layout.index_files())
     for base in sorted(files.keys() | set(created)):
         path = files.get(base, layout.index_dir / offset_file_name(base))

@@ -150,12 +150,10 @@ def _lost_notes(run: RecoveryRun) -> None:
     stale = (f"{lost.stale} stale record(s) ({lost.stale_bytes} bytes) after {end}: stale records the broker overwrote (not lost now); "
              "stored before the records it keeps, they are history it cut back and wrote over, and dropped then") if lost.stale else None
     if cl_plan.end_is_damage and lost.lost_now:
-        run.notes.insert(0, (
-            f"DAMAGE: the broker's recovery cuts the commit log at {end} ({cl_plan.end_reason}: {cl_plan.end_detail}), not at the end "
-            f"of the written data, and throws away the {lost.lost_now} valid message(s) ({lost.bytes - lost.stale_bytes} bytes) after it; "
-            "`mqtool verify --keep-going` shows the damaged range and `mqtool dump --keep-going` reads past it: save what you need before --yes"
-            + (f" ({stale})" if stale else "")
-        ))
+        run.notes.insert(0, f"DAMAGE: the broker's recovery cuts the commit log at {end} ({cl_plan.end_reason}: {cl_plan.end_detail}), not at the "
+                            f"end of the written data, and throws away the {lost.lost_now} valid message(s) ({lost.bytes - lost.stale_bytes} bytes) "
+                            "after it; `mqtool verify --keep-going` shows the damaged range and `mqtool dump --keep-going` reads past it: save what "
+                            "you need before --yes" + (f" ({stale})" if stale else ""))
     elif stale:
         run.notes.insert(0, stale)
 
