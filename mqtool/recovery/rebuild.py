@@ -14,7 +14,7 @@ from ..formats.dispatch import LMQ_PREFIX
 from ..store import Store
 from ..store.commitlog import CommitLog, ScanEnd
 from ..dispatch.scanner import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache, DispatchScanner, TopicTable
-from .planparts import (DEFAULT_GEOMETRY, PhaseCounts, config_options, index_placement, index_plan_of, multi_dispatch, planned_entries,
+from .planparts import (DEFAULT_GEOMETRY, config_options, index_placement, index_plan_of, multi_dispatch, planned_entries,
                         put_index, queue_actions, queue_plan, store_version, with_inputs, write_action)
 from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueuePlan
 from .queues import QueueSim
@@ -31,11 +31,11 @@ class RebuildScan:
     valid end its recovery would find (§8.3), with the reput's rules (``ReputMessageService``, §8.12).
     Before the recovery's start the walk resumes past an unreadable record (the ``served`` discipline);
     DLedger data goes on past damage DLedger's recovery keeps (``CommitLog.resume_after_damage``).
-    ``end`` and ``skipped`` are set once iterated."""
+    ``end``, ``skipped`` and ``records`` are set once iterated; ``cache`` keeps the batches for an apply."""
 
     def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool, scans: SharedScans | None = None,
-                 start: int | None = None):
-        self.store, self.rules, self.topics, self.index, self.scans = store, rules, topics, index, scans
+                 start: int | None = None, cache: DispatchCache | None = None):
+        self.store, self.rules, self.topics, self.index, self.scans, self.cache, self.records = store, rules, topics, index, scans, cache, 0
         self.discipline = "served"  # the index and queues of the records the broker serves
         # where the broker's recovery starts scanning (a segment's first offset; ``start``: ``PlanOptions.scan_from``)
         self.start = recovery_start(store, rules).offset if start is None else start
@@ -55,6 +55,13 @@ class RebuildScan:
                           index_enable=self.index, index_rule=self.rules.index_rule, check_crc=check_crc, topics=self.topics, ahead=ahead)
 
     def __iter__(self) -> Iterator[DispatchBatch]:
+        for batch in self._walk():
+            self.records += len(batch)
+            if self.cache is not None:
+                self.cache.add(0, batch)
+            yield batch
+
+    def _walk(self) -> Iterator[DispatchBatch]:
         cl = self.store.commitlog
         if self.start > cl.min_offset:
             head = self._scanner(cl.min_offset, self.start, self.discipline, ahead=True)
@@ -108,7 +115,7 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
     version, source = store_version(store)
     rules = VersionRules(version)
     topics = topic_table(scans, cache)
-    scanner = RebuildScan(store, rules, topics, index=False, scans=scans, start=options.scan_from)
+    scanner = RebuildScan(store, rules, topics, index=False, scans=scans, start=options.scan_from, cache=cache)
     allowed = None  # --respect-topic-config: the topics of ``config/topics.json``
     if options.respect_topic_config:
         doc = store.config_file("topics.json")
@@ -125,11 +132,8 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
     sims: dict = {}
     skipped: dict[str, int] = {}
     multi = multi_dispatch(store, rules)
-    counts = PhaseCounts()
+    queued = 0
     for batch in scanner:
-        counts.records += len(batch)
-        if cache is not None:
-            cache.add(0, batch)
         for topic, qid, columns in planned_entries(batch, topics.names, multi):
             if not selected(topic, qid):
                 continue
@@ -141,7 +145,7 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
                 sim = sims[(topic, qid)] = QueueSim.of_store(store, topic, qid, rules=rules)
                 if (topic, qid) in existing:
                     sim.original = dict(existing[(topic, qid)].files)
-            counts.cq += sim.place(*columns)
+            queued += sim.place(*columns)
     end, notes = scanner.end.offset, scanner.notes
     notes += [_skipped_note(store, skipped_record) for skipped_record in scanner.skipped]
     for topic, n in sorted(skipped.items()):
@@ -155,7 +159,7 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
     deletes, writes = queue_actions(store, queue_plans, sims)
     if queue_plans and not deletes and not writes:
         notes.append("nothing to rebuild: every consume queue already equals the rebuild")
-    phase = DispatchPhase("rebuild", clmin, end, scanner.discipline, TAGS_DELIVERY_TIME, True, False, counts.records, counts.cq)
+    phase = DispatchPhase("rebuild", clmin, end, scanner.discipline, TAGS_DELIVERY_TIME, True, False, scanner.records, queued)
     opts = {"topic": options.topic, "queue_id": options.queue_id, "respect_topic_config": options.respect_topic_config}
     return with_inputs(store, Plan.new("rebuild-cq", store.path(), str(version), source, deletes + write_action(writes, False),
                                        options={**config_options(store), **opts}, dispatch=(phase,), queues=tuple(queue_plans), notes=tuple(notes)),
@@ -210,7 +214,7 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
     store.path()
     version, source = store_version(store)
     rules = VersionRules(version)
-    scanner = RebuildScan(store, rules, topic_table(scans, cache), index=True, scans=scans)
+    scanner = RebuildScan(store, rules, topic_table(scans, cache), index=True, scans=scans, cache=cache)
     cl = store.commitlog
     notes = []
     if store.index_geometry is None:
@@ -220,12 +224,8 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
     if (refused := first_stray_refusal(store, left, INDEX_SERVICE)) is not None:
         notes.append(f"the broker's next start still refuses after this rebuild, which leaves this entry of index/ as it is: {refused}")
     writer = index_placement(store, rules, [], old)
-    counts = PhaseCounts()
     for batch in scanner:
-        counts.records += len(batch)
         put_index(writer, batch)
-        if cache is not None:
-            cache.add(0, batch)
     end, notes = scanner.end.offset, scanner.notes + notes
     index_plan, actions = index_plan_of(store, [], old, writer, True, cl.min_offset, replaced=True)
     notes += _left_out(store, left, [f.name for f in index_plan.files if f.action == "create"])
@@ -237,6 +237,6 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
     if cp is not None and cp.index_msg_timestamp != full:
         cp_plan = CheckpointPlan(True, cp._asdict(), cp._replace(index_msg_timestamp=full)._asdict())
         actions.append(Action("write-checkpoint", "checkpoint", note="indexMsgTimestamp = end time of the last full index file"))
-    phase = DispatchPhase("rebuild", cl.min_offset, end, scanner.discipline, TAGS_DELIVERY_TIME, False, True, counts.records, 0)
+    phase = DispatchPhase("rebuild", cl.min_offset, end, scanner.discipline, TAGS_DELIVERY_TIME, False, True, scanner.records, 0)
     return with_inputs(store, Plan.new("rebuild-index", store.path(), str(version), source, actions, options=config_options(store), dispatch=(phase,),
                                        index=index_plan, checkpoint=cp_plan, notes=tuple(notes)), {}, with_crc=with_crc)
