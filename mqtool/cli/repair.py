@@ -12,6 +12,7 @@ import functools
 import glob
 import importlib
 import inspect
+import json
 import sys
 from pathlib import Path
 from typing import Annotated, Callable, Optional
@@ -160,15 +161,15 @@ def note_interrupted(root: Path) -> None:
          f"{interrupted_apply_ways(root, pending)}")
 
 
-def _finish_interrupted(root: Path, yes: bool, force: bool) -> None:
-    """Finish the interrupted apply on ``root``, holding the store's lock as every apply does; with none,
-    and ``yes``, remove what an apply killed as it ended left (its staging folder, once its mark was gone)."""
+def _finish_interrupted(root: Path, yes: bool, force: bool) -> Path | None:
+    """Finish the interrupted apply on ``root``, holding the store's lock as every apply does, and return its backup
+    (None: there was none; then, with ``yes``, remove what an apply killed as it ended left: its staging folder, once its mark was gone)."""
     pending = read_pending(root)
     if pending is None:
         if yes and leftover_temporaries(root):
             with executor().hold_store_lock(root, force):
                 _note_removed([str(p.relative_to(root)) for p in remove_leftovers(root)])
-        return
+        return None
     if restore_interrupted(pending):  # finishing the apply would count what the restore put back as done: the restore first
         raise Refused(unfinished_restore_line(pending))
     if not yes or not pending.exists():
@@ -176,6 +177,20 @@ def _finish_interrupted(root: Path, yes: bool, force: bool) -> None:
     note(f"finishing the interrupted apply first (backup {pending})")
     with executor().hold_store_lock(root, force):
         writer.resume_pending(root, progress=lambda m: note(f"  {m}"))
+    return pending
+
+
+def finished_was_asked(finished: Path, plan: Plan) -> str | None:
+    """Why the interrupted apply just finished (backup ``finished``) was what re-running a command asked for, None if it was not:
+    the new ``plan``, made on the finished store, has nothing left to do, or the apply was the same command with the same
+    options (rebuild-index rewrites every index file even when they are right: its plan is never empty)."""
+    done = BackupSet.open(finished).manifest.get("plan") or {}
+    if plan.is_empty:
+        return f"the interrupted {done.get('command')} apply is finished, which leaves nothing to do"
+    same = json.loads(json.dumps({"command": plan.command, "options": plan.options}))  # tuples as the manifest's JSON lists
+    if {"command": done.get("command"), "options": done.get("options")} == same:
+        return f"the interrupted apply was this {plan.command} with the same options: it is finished, nothing more to apply"
+    return None
 
 
 def refuse_stopped_repair(root: Path) -> None:
@@ -200,12 +215,13 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     store = open_store(store_path, broker_config, broker_version)
     root = store.path()
     applying = not dry_run and plan_out is None  # else the plan is only shown or saved
+    finished = None  # the backup of an interrupted apply this run finished first
     if applying:
         check_not_in_use(root, [s.path.parent for s in store.commitlog.segments[:1]], force)
         refuse_stopped_repair(root)
         if read_pending(root) is not None:
             store.close()
-            _finish_interrupted(root, yes, force)
+            finished = _finish_interrupted(root, yes, force)
             store = open_store(store_path, broker_config, broker_version)
         else:
             _finish_interrupted(root, yes, force)
@@ -216,6 +232,11 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     cache = DispatchCache() if applying else None
     with store, scans_shown(), planning():
         plan = make_plan(store, with_crc=plan_out is not None, cache=cache)
+    why = None if finished is None else finished_was_asked(finished, plan)
+    if why is not None:  # finishing it was the job: the plan applied (not a second one) and its backup
+        emit_plan(backed_up_in(BackupSet.open(finished).manifest["plan"], finished), fmt, render_plan)
+        note_undo(f"{why}; backup in {shell_path(finished)}", finished)
+        return
     target = (backup_dir or default_backup_dir(root, command)) if applying and yes and not plan.is_empty else None
     emit_plan(backed_up_in(with_next_start(plan.to_dict(), plan), target), fmt, render_plan)
     _note_damage(plan)  # again on stderr, after the plan: the last thing the operator reads before --yes
@@ -232,7 +253,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
         s = backup.summary()  # said with interrupts still deferred: a Ctrl-C after the last write is ignored
-        note_undo(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {shell_path(target)}", target)
+        note_undo(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {shell_path(target)}", target, finished)
 
 
 def backed_up_in(doc: dict, target: Path | None) -> dict:
@@ -241,11 +262,13 @@ def backed_up_in(doc: dict, target: Path | None) -> dict:
     return doc if target is None else {**doc, "backup": str(target)}
 
 
-def note_undo(done: str, target: Path) -> None:
+def note_undo(done: str, target: Path, then: Path | None = None) -> None:
     """What an apply did and where its backup is, then the command that undoes it: said even with ``-q``
-    (pg_resetwal and etcdutl say what they did): the one thing a user of a write must always learn."""
+    (pg_resetwal and etcdutl say what they did): the one thing a user of a write must always learn. ``then``: the backup of
+    the interrupted apply the command finished before its own, undone after it (``restore`` refuses it before)."""
     note(done, always=True)
-    note(f"undo with: mqtool restore {shell_path(target)} --yes", always=True)
+    after = "" if then is None else f", then the interrupted apply it finished first: mqtool restore {shell_path(then)} --yes"
+    note(f"undo with: mqtool restore {shell_path(target)} --yes{after}", always=True)
 
 
 def _note_damage(plan: Plan) -> None:
@@ -358,9 +381,10 @@ def repair(store: StoreRootArg, yes: YesOpt = False, dry_run: DryRunOpt = False,
     if not root.is_dir():
         with open_store(root, broker_config, broker_version) as given:  # the documented error for a missing store or a segment
             given.path()
+    finished = None  # the backup of an interrupted apply this run finished first
     if not dry_run:
         check_not_in_use(root, [root / "commitlog"], force)
-        _finish_interrupted(root, yes, force)
+        finished = _finish_interrupted(root, yes, force)
     elif read_pending(root) is not None:
         note_interrupted(root)
     stopped = stopped_repair(root)
@@ -377,6 +401,8 @@ def repair(store: StoreRootArg, yes: YesOpt = False, dry_run: DryRunOpt = False,
             with executor().hold_store_lock(root, force):
                 clear_repair_mark(root)
             note(f"the stopped repair needs no more stages: it is finished; undo it with: mqtool restore {shell_path(stopped.backup)} --yes", always=True)
+        if finished is not None:
+            note_undo(f"{finished_was_asked(finished, plan)}; backup in {shell_path(finished)}", finished)
         _say_nothing_to_repair(plan, yes)
         return
     if not yes:
@@ -387,7 +413,7 @@ def repair(store: StoreRootArg, yes: YesOpt = False, dry_run: DryRunOpt = False,
         with scans_shown():
             findings = _apply_stages(stages, plan, broker_config, broker_version)
         after = f" (after the {stages.earlier} the stopped run applied)" if stages.earlier else ""
-        note_undo(f"repair applied in {len(stages.done)} stage(s){after}; backup in {shell_path(target)}", target)
+        note_undo(f"repair applied in {len(stages.done)} stage(s){after}; backup in {shell_path(target)}", target, finished)
     _report_after(findings)
 
 
