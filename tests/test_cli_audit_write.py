@@ -78,3 +78,22 @@ def test_a_second_apply_after_finishing_another_names_both_undo_steps_in_order(c
         assert run(*step[1:]).exit_code == 0
     assert tree(crashed) == original
 
+
+def test_a_backup_that_cannot_fit_is_refused_before_the_first_change(crashed, tmp_path, monkeypatch):
+    """Before: `recover --yes --backup-dir <40 KiB tmpfs>` deleted a commit log file, then stopped backing up index/...
+    with "No space left on device ... stopped at a safe point". Now the room the backup needs is checked first: one
+    line with both numbers, exit 4, the store and the backup folder untouched. (The free space is what
+    ``shutil.disk_usage`` says: patched here, as the 40 KiB file system it stands for.)"""
+    import shutil
+    from collections import namedtuple
+
+    from mqtool.errors import EXIT_REFUSED
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(40 << 10, 40 << 10, 1000))
+    before = tree(crashed)
+    done = run("recover", crashed, "--yes", "--backup-dir", tmp_path / "small")
+    assert done.exit_code == EXIT_REFUSED, done.stderr
+    line = done.stderr.splitlines()[-1]
+    assert line.startswith(f"mqtool: error: {tmp_path / 'small'}: the backup needs ") and "has 1000 free; nothing changed" in line, line
+    assert tree(crashed) == before and not (tmp_path / "small").exists()

@@ -156,6 +156,34 @@ def check_inputs(root: Path, plan: Plan) -> None:
             raise Refused(f"the plan writes {rel}, outside the store and not a file it read: it was not made for this store; plan again")
 
 
+RANGE_OPS = frozenset({"zero-range", "write-int64", "fill-units", "write-dledger-index"})  # each keeps its byte range in the backup
+WHOLE_OPS = frozenset({"delete", "quarantine", "resize", "pad-blank", "restore-config", "write-checkpoint", "write-dledger-checkpoint"})
+
+
+def refuse_no_room(root: Path, plan: Plan, backup_dir: Path) -> None:
+    """Refuse, before the first change, an apply whose backup cannot fit on ``backup_dir``'s file system: the byte ranges it
+    keeps, and the whole files it keeps that no hard link keeps there (``link_or_copy`` copies across file systems; a sparse
+    file's allocated blocks), each file rounded up to a block, and the manifest holding the plan. A backup disk that fills
+    during the apply anyway (space taken meanwhile) stops it at a safe point (``Executor.run``)."""
+    where = next(p for p in (backup_dir.absolute(), *backup_dir.absolute().parents) if p.exists())
+    device, block = os.stat(where).st_dev, os.statvfs(where).f_frsize or 4096
+    ranges = [clfmt.BLANK_HEADER_SIZE if a.op == "write-blank" else a.end - a.start
+              for a in plan.actions if a.op in RANGE_OPS or a.op == "write-blank"]
+    whole = [a.path for a in plan.actions if a.op in WHOLE_OPS and a.path]
+    whole += [rel for a in plan.actions if a.op == "write-dispatch" for rel in planned_queue_files(plan, None) + planned_index_files(plan, None)]
+    sizes = []
+    for rel in dict.fromkeys(whole):
+        with contextlib.suppress(OSError):
+            st = os.stat(root / rel)  # the file a symlink names, as ``link_or_copy`` keeps it
+            if stat.S_ISREG(st.st_mode) and st.st_dev != device:
+                sizes.append(min(st.st_size, st.st_blocks * 512))
+    needed = sum(-(-n // block) * block for n in (*ranges, *sizes, len(plan.to_json()))) + block  # and the journal's first block
+    free = shutil.disk_usage(where).free
+    if needed > free:
+        raise Refused(f"{backup_dir}: the backup needs {needed} bytes and its file system has {free} free; nothing changed: "
+                      "free space there or give a --backup-dir with room")
+
+
 def _outside(rel: str) -> bool:
     """Whether a store-relative path leaves the store as written (absolute, or up through ``..``): the
     lexical test, so a store whose directories are links to other disks is not outside."""
@@ -554,6 +582,7 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
         raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); {interrupted_apply_ways(root, pending)}")
     check_inputs(root, plan)
     refuse_backup_inside(root, backup_dir)
+    refuse_no_room(root, plan, backup_dir)
     release_free_heap()  # what planning freed, before the writers' working set
     try:
         backup = BackupSet.create(backup_dir, root, plan.to_dict(), step)
