@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..formats import checkpoint as cpfmt
 from ..formats import markers
+from ..fileops import shell_path
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
 from ..dispatch.scanner import TAGS_DELIVERY_TIME, TAGS_HASH, DispatchCache, after_phys, first_throw
@@ -145,15 +146,18 @@ def _cut(run: RecoveryRun, kind: LogKind) -> None:
 
 
 def _lost_notes(run: RecoveryRun) -> None:
-    """What the cut throws away: valid messages after damage (first of all notes), stale records."""
+    """What the cut throws away: valid messages after damage (first of all notes, naming ``salvage`` first: README's incident
+    section, it saves what a --yes zeroes), stale records."""
     lost, end, cl_plan = run.lost, run.end, run.cl_plan
     stale = (f"{lost.stale} stale record(s) ({lost.stale_bytes} bytes) after {end}: stale records the broker overwrote (not lost now); "
              "stored before the records it keeps, they are history it cut back and wrote over, and dropped then") if lost.stale else None
     if cl_plan.end_is_damage and lost.lost_now:
+        store = shell_path(run.store.path())  # pasteable, as every command mqtool prints
         run.notes.insert(0, f"DAMAGE: the broker's recovery cuts the commit log at {end} ({cl_plan.end_reason}: {cl_plan.end_detail}), not at the "
                             f"end of the written data, and throws away the {lost.lost_now} valid message(s) ({lost.bytes - lost.stale_bytes} bytes) "
-                            "after it; `mqtool verify --keep-going` shows the damaged range and `mqtool dump --keep-going` reads past it: save what "
-                            "you need before --yes" + (f" ({stale})" if stale else ""))
+                            f"after it; save what is readable of them before --yes: `mqtool salvage {store} -f jsonl --body base64 --out FILE` "
+                            f"(`mqtool verify {store} --keep-going` shows the damaged range, `mqtool dump {store} --keep-going` reads past it)"
+                            + (f" ({stale})" if stale else ""))
     elif stale:
         run.notes.insert(0, stale)
 
