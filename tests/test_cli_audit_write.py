@@ -10,6 +10,7 @@ from conftest import copy_store
 from typer.testing import CliRunner
 
 from mqtool.cli import app
+from mqtool.recovery.plans import Plan
 from repair_support import tree
 
 runner = CliRunner()
@@ -97,3 +98,50 @@ def test_a_backup_that_cannot_fit_is_refused_before_the_first_change(crashed, tm
     line = done.stderr.splitlines()[-1]
     assert line.startswith(f"mqtool: error: {tmp_path / 'small'}: the backup needs ") and "has 1000 free; nothing changed" in line, line
     assert tree(crashed) == before and not (tmp_path / "small").exists()
+
+
+def flipped(tmp_path):
+    """A copy of 4.9.7 crashed-small, in a folder whose name has a space, with 64 bytes of a body flipped in its second
+    segment: the broker's recovery cuts there and drops the valid messages after it (tests/test_cli_audit_incident.py's)."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "my store")
+    with open(store / "commitlog" / "00000000000001048576", "r+b") as segment:
+        segment.seek(300000)
+        segment.write(b"\xff" * 64)
+    return store
+
+
+def quoted_commands(text: str) -> list[list[str]]:
+    """The commands quoted in backticks in ``text``, split as a shell does."""
+    return [shlex.split(part) for part in text.split("`")[1::2]]
+
+
+def test_the_damage_note_names_salvage_first_and_pastes(tmp_path):
+    """Before: "`mqtool verify --keep-going` shows the damaged range and `mqtool dump --keep-going` reads past it": no
+    store path (not pasteable) and no word of salvage, which saves what is readable before a --yes zeroes it."""
+    import json
+
+    store = flipped(tmp_path)
+    damage = json.loads(run("recover", store, "-f", "json").stdout)["notes"][0]
+    assert damage.startswith("DAMAGE: ")
+    assert [c[:3] for c in quoted_commands(damage)] == [["mqtool", "salvage", str(store)], ["mqtool", "verify", str(store)], ["mqtool", "dump", str(store)]]
+
+
+def test_repair_says_the_damage_before_yes_and_what_it_cut_after(tmp_path):
+    """Before: repair's plan printed no DAMAGE line on stderr (recover's does), its last line was "nothing changed yet",
+    and `repair --yes` zeroed the messages and ended "verify: the store is sound", exit 0, with no word of them."""
+    import json
+
+    store = flipped(tmp_path)
+    said = [line for line in run("recover", store).stderr.splitlines() if line.startswith("mqtool: DAMAGE: ")]
+    cut = Plan.from_dict(json.loads(run("recover", store, "-f", "json").stdout)).lost.lost_now
+    assert len(said) == 1 and cut > 0
+    planned = run("repair", store)
+    assert planned.exit_code == 0 and said[0] in planned.stderr.splitlines()
+    applied = run("repair", store, "--yes", "--backup-dir", tmp_path / "bk")
+    assert applied.exit_code == 0, applied.stderr
+    last = applied.stderr.splitlines()[-1]
+    assert last.startswith(f"mqtool: verify: the store is sound; the repair cut {cut} valid message(s)"), last
+    restore, salvage = quoted_commands(last)
+    assert restore == ["mqtool", "restore", str(tmp_path / "bk"), "--yes"] and salvage[:3] == ["mqtool", "salvage", str(store)]
+    assert run(*restore[1:]).exit_code == 0
+    assert Plan.from_dict(json.loads(run("recover", store, "-f", "json").stdout)).lost.lost_now == cut  # the restore gave them back

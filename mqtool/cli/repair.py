@@ -394,6 +394,8 @@ def repair(store: StoreRootArg, yes: YesOpt = False, dry_run: DryRunOpt = False,
         plan = _plan_repair(root, broker_config, broker_version)
     target = _repair_target(root, backup_dir, stopped) if yes and not plan.is_empty else None
     emit_plan(backed_up_in(_repair_document(root, plan, broker_config, broker_version), target), fmt, render_repair)
+    if plan.recover is not None:
+        _note_damage(plan.recover)  # as recover's plan: the last thing the operator reads before --yes
     if dry_run:
         return
     if plan.is_empty:
@@ -414,7 +416,7 @@ def repair(store: StoreRootArg, yes: YesOpt = False, dry_run: DryRunOpt = False,
             findings = _apply_stages(stages, plan, broker_config, broker_version)
         after = f" (after the {stages.earlier} the stopped run applied)" if stages.earlier else ""
         note_undo(f"repair applied in {len(stages.done)} stage(s){after}; backup in {shell_path(target)}", target, finished)
-    _report_after(findings)
+    _report_after(findings, _cut_line(stages, root))
 
 
 def _repair_target(root: Path, backup_dir: Path | None, stopped) -> Path:
@@ -461,13 +463,23 @@ def _say_nothing_to_repair(plan, yes: bool) -> None:
         note("nothing to do: verify finds nothing to repair")
 
 
-def _report_after(findings: list) -> None:
-    """What verify says after the repair; exit 1 when lost data remains."""
+def _cut_line(stages: "RepairStages", root: Path) -> str:
+    """What the repair's recovery cut of valid messages (its plan's ``DAMAGE:`` note), and how to save what is readable of them,
+    which its backup holds (README's incident section: ``salvage`` reads the store as it was): "" if it cut none."""
+    if not stages.cut:
+        return ""
+    return (f"; the repair cut {stages.cut} valid message(s) (the DAMAGE line above) and its backup holds them: to save what is readable "
+            f"of them, undo it with `mqtool restore {shell_path(stages.target.absolute())} --yes`, run `mqtool salvage {shell_path(root)} "
+            "-f jsonl --body base64 --out FILE`, then repair again")
+
+
+def _report_after(findings: list, cut: str = "") -> None:
+    """What verify says after the repair, with ``cut`` (``_cut_line``); exit 1 when lost data remains."""
     if not findings:
-        note("verify: the store is sound")
+        note(f"verify: the store is sound{cut}")
         return
     lost = sum(e.lost_data for e in repair_planner().triage(findings).lost)
-    note(f"verify still reports {len(findings)} finding(s), {lost} of them lost data:")
+    note(f"verify still reports {len(findings)} finding(s), {lost} of them lost data{cut}:")
     for f in findings[:10]:
         note(f"  {f.severity.value} {f.kind} {f.file or ''} {'' if f.offset is None else f'offset {f.offset}'}".rstrip())
     if lost:
@@ -523,6 +535,7 @@ class RepairStages:
 
     def __init__(self, root: Path, target: Path, broker_config: Path | None = None):
         self.root, self.target, self.done = root, target, []
+        self.cut = 0  # the valid messages the stages' recovery cut (its plan's DAMAGE note)
         self.earlier = len(repair_stages(target))
         # each stage's plan names the --broker-config it was made with: what finishing a stopped repair needs again
         self.given = {} if broker_config is None else {"broker_config": str(broker_config.resolve())}
@@ -544,6 +557,8 @@ class RepairStages:
                     f"or undo every stage with: mqtool restore {shell_path(self.target)} --yes", exc.cause) from None
             raise
         self.done.append(directory)
+        if plan.lost is not None and any(n.startswith("DAMAGE:") for n in plan.notes):
+            self.cut += plan.lost.lost_now
 
     def _mark(self) -> None:
         """``.mqtool-repair`` written once a stage's backup set exists: a repair killed before has changed
