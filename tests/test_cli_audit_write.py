@@ -145,3 +145,26 @@ def test_repair_says_the_damage_before_yes_and_what_it_cut_after(tmp_path):
     assert restore == ["mqtool", "restore", str(tmp_path / "bk"), "--yes"] and salvage[:3] == ["mqtool", "salvage", str(store)]
     assert run(*restore[1:]).exit_code == 0
     assert Plan.from_dict(json.loads(run("recover", store, "-f", "json").stdout)).lost.lost_now == cut  # the restore gave them back
+
+
+def test_the_live_broker_refusal_quotes_its_paths(tmp_path):
+    """Before: "my store/5.3.3-clean-small is in use (pid N (python) holds the POSIX lock on my store/5.3.3-clean-small/lock
+    ...)": a path with a space read as two words, where every table and command line quotes it."""
+    import subprocess
+    import sys
+
+    from mqtool.errors import EXIT_REFUSED
+
+    store = copy_store("5.3.3", "clean-small", tmp_path / "my store")
+    locker = "import fcntl,sys,time; f=open(sys.argv[1],'r+'); fcntl.lockf(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", locker, str(store / "lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        done = run("rebuild-index", store, "--yes")
+        assert done.exit_code == EXIT_REFUSED
+        line = done.stderr.splitlines()[-1]
+        assert line.startswith(f"mqtool: error: {shlex.quote(str(store))} is in use (pid {holder.pid} "), line
+        assert f"holds the POSIX lock on {shlex.quote(str(store / 'lock'))}" in line
+    finally:
+        holder.kill()
+        holder.wait()

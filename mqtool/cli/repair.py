@@ -129,13 +129,14 @@ USE = {"lock": "holds the POSIX lock on", "open": "has open", "mapped": "has map
 
 
 def describe_users(users, most: int = 3) -> str:
-    """``pid 7016 (java ...) holds the POSIX lock on X, has open Y``: at most ``most`` processes, two files each."""
+    """``pid 7016 (java ...) holds the POSIX lock on X, has open Y``: at most ``most`` processes, two files each, the paths
+    shell-quoted (a store in ``my store`` is one word)."""
     by_pid: dict[int, list] = {}
     for u in users:
         by_pid.setdefault(u.pid, []).append(u)
     parts = []
     for pid, uses in list(by_pid.items())[:most]:
-        what = list(dict.fromkeys(f"{USE.get(u.how, u.how)} {u.path}" for u in uses))
+        what = list(dict.fromkeys(f"{USE.get(u.how, u.how)} {shell_path(u.path)}" for u in uses))  # quoted as every path said
         parts.append(f"pid {pid} ({uses[0].command or '?'}) " + ", ".join(what[:2]) + (f" and {len(what) - 2} more files" if len(what) > 2 else ""))
     more = len(by_pid) - most
     return "; ".join(parts) + (f"; and {more} more processes" if more > 0 else "")
@@ -147,7 +148,7 @@ def check_not_in_use(root: Path, extra_dirs, force: bool) -> None:
         return
     detail = describe_users(users)
     if not force:
-        raise StoreInUse(f"{root} is in use ({detail}); stop the broker first, or pass --force")
+        raise StoreInUse(f"{shell_path(root)} is in use ({detail}); stop the broker first, or pass --force")
     note(f"warning: --force: the store is in use ({detail})")
 
 
