@@ -68,7 +68,7 @@ def test_a_printed_command_names_a_path_that_starts_with_a_dash_so_it_pastes(tmp
     applied = runner.invoke(app, ["recover", "--yes", "--backup-dir", "./-bk", "--", "-store"])
     assert applied.exit_code == 0, applied.output
     undo = shlex.split(applied.stderr.split("undo with: ", 1)[1])
-    assert undo == ["mqtool", "restore", "./-bk", "--yes"]
+    assert undo == ["mqtool", "restore", str(tmp_path / "-bk"), "--yes"]  # absolute: pasted from anywhere
     restored = runner.invoke(app, undo[1:])
     assert restored.exit_code == 0, restored.output
 
@@ -128,7 +128,7 @@ def test_a_plan_into_a_closed_pipe_keeps_its_exit_code_and_saves_its_plan_file(t
     store = copy_store("5.3.3", "crashed-small", tmp_path / "store")  # a plan looks for a live broker: not the shared fixture
     shown = into_a_closed_pipe("recover", store)
     assert shown.returncode == EXIT_REFUSED, shown.stderr
-    assert shown.stderr.splitlines()[-1] == "mqtool: error: nothing changed: re-run with --yes to apply this plan"
+    assert shown.stderr.splitlines()[-1] == "mqtool: error: refused without --yes: the plan is only shown, nothing changed; re-run with --yes to apply it"
     saved = into_a_closed_pipe("recover", store, "--plan-out", tmp_path / "plan.json")
     assert saved.returncode == 0 and (tmp_path / "plan.json").stat().st_size > 0, saved.stderr
 

@@ -168,3 +168,42 @@ def test_the_live_broker_refusal_quotes_its_paths(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+
+
+@pytest.mark.parametrize("command", ["recover", "truncate-dirty", "rebuild-cq", "rebuild-index", "repair"])
+def test_the_write_commands_help_fills_the_width_and_keeps_words_whole(command):
+    """Before, at 100 columns: the "Exit codes:" paragraph of recover, truncate-dirty and the rebuilds was kept in
+    ~55-column lines, --backup-dir's help had a blank line and its default path broken over two lines, and
+    click broke words at their hyphens (`past-` / `damage` in the command list, `--dry-` / `run` at some widths)."""
+    lines = runner.invoke(app, [command, "--help"], terminal_width=100).stdout.splitlines()
+    if command != "repair":  # repair's own paragraph says its exit codes
+        paragraph = lines[lines.index(next(x for x in lines if x.lstrip().startswith("Exit codes:"))):]
+        paragraph = paragraph[:paragraph.index("")]
+        assert all(len(x) > 85 for x in paragraph[:-1]), paragraph
+    at = lines.index(next(x for x in lines if x.lstrip().startswith("--backup-dir")))
+    assert lines[at + 1].split() == [".mqtool-backups/<store>-<time>-<command>", "beside", "the", "store)."]
+    for columns in range(80, 121):
+        for args in ([command, "--help"], ["--help"]):
+            shown = runner.invoke(app, args, terminal_width=columns).stdout
+            assert not [x for x in shown.splitlines() if x.rstrip()[-2:-1].isalpha() and x.rstrip().endswith("-")], (columns, args)
+
+
+def test_restoring_a_repair_says_each_stage_on_its_own_line_even_quiet(crashed, tmp_path):
+    """Before: `restore` of a repair's backup printed a bare "mqtool: stage 01-recover:" line before each stage's
+    result, also with -q; each stage's result now names its stage."""
+    assert run("repair", crashed, "--yes", "--backup-dir", tmp_path / "bk").exit_code == 0
+    stages = sorted(p.name for p in (tmp_path / "bk").iterdir())
+    done = run("-q", "restore", tmp_path / "bk", "--yes")
+    assert done.exit_code == 0, done.stderr
+    said = done.stderr.splitlines()
+    assert [x.split(": ", 2)[1] for x in said] == [f"stage {s}" for s in reversed(stages)]
+    assert all(x.split(": ", 2)[2].startswith("restored ") for x in said), said
+
+
+def test_a_relative_backup_dir_is_named_absolute_in_the_undo_line(crashed, tmp_path, monkeypatch):
+    """Before: `--backup-dir bk` gave "undo with: mqtool restore bk --yes", which pastes only from where it was run."""
+    monkeypatch.chdir(tmp_path)
+    done = run("recover", crashed, "--yes", "--backup-dir", "bk")
+    assert done.exit_code == 0, done.stderr
+    assert undo_commands(done.stderr) == [["mqtool", "restore", str(tmp_path / "bk"), "--yes"]]
+

@@ -372,7 +372,7 @@ def test_an_apply_says_where_its_backup_is_even_quiet_and_in_its_json(crashed, t
     shown = run("restore", doc["backup"], "-f", "json")  # restore's document names the backup it shows
     assert shown.exit_code == EXIT_REFUSED and json.loads(shown.stdout)["backup"] == str(backup)
     restored = run("-q", "restore", doc["backup"], "--yes")  # a write too: what it did said under -q
-    assert restored.exit_code == 0 and restored.stderr.splitlines()[-1].startswith("mqtool: restored "), restored.stderr
+    assert restored.exit_code == 0 and restored.stderr.splitlines()[-1].split(": ")[-1].startswith("restored "), restored.stderr  # a repair's: "stage 01-...: restored"
     assert tree(crashed) == before
     plan_only = run(*args, "--dry-run", "-f", "json") if command != "apply" else run(*args, "-f", "json")
     assert "backup" not in json.loads(plan_only.stdout)  # no apply, no backup

@@ -37,21 +37,23 @@ from .progress import scans_shown
 
 TABLE_LOST = 50  # lost messages shown as a table (JSON lists up to --lost-limit)
 
+NOT_APPLIED = "refused without --yes: the plan is only shown, nothing changed; re-run with --yes to apply it"  # exit 4, as documented
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Apply the changes (without it the plan is printed and nothing changes).")]
 DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="Print the plan only, exit 0.")]
 PlanOutOpt = Annotated[Optional[Path], typer.Option("--plan-out", metavar="FILE", help="Save the plan as JSON for `mqtool apply FILE --yes`; nothing changes.")]
 
 
 def _backup_dir(value: str) -> Path:
-    """``--backup-dir``: an empty one is a usage error (exit 2), not the current directory (``Path("")`` is ``.``)."""
+    """``--backup-dir``, made absolute (the undo line is pasted from anywhere); an empty one is a usage error (exit 2), not the
+    current directory (``Path("")`` is ``.``)."""
     if not value:
         raise typer.BadParameter("an empty path: name the directory to keep the backup in", param_hint="'--backup-dir'")
-    return Path(value)
+    return Path(value).absolute()  # the undo line names it as it is from any directory
 
 
 BackupDirOpt = Annotated[
     Optional[Path],
-    typer.Option("--backup-dir", metavar="DIR", parser=_backup_dir, help="Where to keep the backup of everything changed.\n\n\b\ndefault: <store's parent>/.mqtool-backups/\n  <store>-<time>-<command>"),
+    typer.Option("--backup-dir", metavar="DIR", parser=_backup_dir, help="Where to keep the backup of everything changed (default: .mqtool-backups/<store>-<time>-<command> beside the store)."),
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Run even though another process uses the store (dangerous).")]
 RestoreYesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Restore (without it what it would put back is printed).")]
@@ -250,7 +252,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         note_nothing_to_do(plan)
         return
     if not yes:
-        raise Refused("nothing changed: re-run with --yes to apply this plan")
+        raise Refused(NOT_APPLIED)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
         s = backup.summary()  # said with interrupts still deferred: a Ctrl-C after the last write is ignored
@@ -280,11 +282,9 @@ def _note_damage(plan: Plan) -> None:
 
 
 MODIFYING_EXIT_CODES = """
-    \b
-    Exit codes: 0 applied (--yes), nothing to do, or the
-    plan shown (--dry-run) or saved (--plan-out); 3 bad
-    input; 4 refused: the plan printed without --yes, a
-    live broker, broker versions whose plans differ."""  # \b: lines kept (no option split at a hyphen), short enough for 60 columns
+    Exit codes: 0 applied (--yes), nothing to do, or the plan shown (--dry-run) or saved (--plan-out); 3 bad input; 4 refused:
+    the plan printed without --yes, a live broker, broker versions whose plans differ, a backup that would not fit."""
+# one paragraph the help fills to the terminal's width, as every command's (``private_api.help_whole_words``: no option split)
 
 
 def modifying(command: str):
@@ -716,7 +716,7 @@ def apply(plan_file: Annotated[Path, typer.Argument(help="A plan saved with --pl
         note(f"this plan was applied already (backup {done}); nothing changed: undo it with: mqtool restore {shell_path(done)} --yes")
         return
     if not yes:
-        raise Refused("nothing changed: re-run with --yes to apply this plan")
+        raise Refused(NOT_APPLIED)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
         note_undo(f"{plan.command} applied; backup in {shell_path(target)}", target)
@@ -754,7 +754,6 @@ def restore_cmd(backup: Annotated[Path, typer.Argument(help="A backup directory 
                   lambda console, doc: [render_backup(console, stage) for stage in doc["stages"]])
         unrestored = False
         for stage in reversed(stages):  # `repair` wrote one backup set per stage
-            note(f"stage {stage.name}:", always=yes)  # what the restore line after it says under -q is of this stage
             try:
                 _restore_set(stage, yes=yes, force=force, fmt=fmt, shown=True)
             except Refused:
@@ -770,7 +769,9 @@ def restore_cmd(backup: Annotated[Path, typer.Argument(help="A backup directory 
 
 
 def _restore_set(backup: Path, *, yes: bool, force: bool, fmt: OutputFormat, shown: bool = False) -> None:
-    """``restore`` of one backup set (a whole apply's, or a repair's stage: ``shown``, its summary already emitted)."""
+    """``restore`` of one backup set (a whole apply's, or a repair's stage: ``shown``, its summary already emitted, and its
+    lines begin with the stage they are of: ``stage 02-recover: restored ...``)."""
+    stage = f"stage {backup.name}: " if shown else ""
     if not (backup / "manifest.json").exists() and any((backup / part).exists() for part in STORE_PARTS):
         raise BadInput(_a_store_given_to_restore(backup))
     if backup.is_dir() and not (backup / "manifest.json").exists() and (held := sorted(p.name for p in backup.iterdir() if (p / "manifest.json").is_file() or repair_stages(p))):
@@ -781,7 +782,7 @@ def _restore_set(backup: Path, *, yes: bool, force: bool, fmt: OutputFormat, sho
         emit_plan(summary, fmt, render_backup)
     root = backup_set.store_root
     if summary["restored_ms"] is not None:  # restoring again could only discard what happened since
-        note(f"nothing to restore: {backup} was already restored ({iso_ms(summary['restored_ms'])}); its files were put back then")
+        note(f"{stage}nothing to restore: {backup} was already restored ({iso_ms(summary['restored_ms'])}); its files were put back then")
         if yes and root.is_dir() and not store_users(root, []):  # another mqtool applying owns its temporaries
             _note_removed([str(p.relative_to(root)) for p in remove_leftovers(root)])
             clear_repair_mark(root, unless_applied=True)  # a restore killed as it ended kept the mark of a repair now undone
@@ -804,7 +805,7 @@ def _restore_set(backup: Path, *, yes: bool, force: bool, fmt: OutputFormat, sho
             raise Interrupted(_finish_restore_line(backup)) from None
         except OSError as exc:
             raise BadInput(f"{exc.filename or root}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
-    note(f"restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the {summary['command'] or 'apply'} had created", always=True)  # a write: said as an apply's
+    note(f"{stage}restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the {summary['command'] or 'apply'} had created", always=True)  # a write: said as an apply's
     _note_removed(result["temporaries_removed"])
 
 
