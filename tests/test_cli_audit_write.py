@@ -207,3 +207,28 @@ def test_a_relative_backup_dir_is_named_absolute_in_the_undo_line(crashed, tmp_p
     assert done.exit_code == 0, done.stderr
     assert undo_commands(done.stderr) == [["mqtool", "restore", str(tmp_path / "bk"), "--yes"]]
 
+
+def test_a_salvage_to_a_store_cut_short_leaves_no_half_store_at_its_target(tmp_path, monkeypatch):
+    """Before: an interrupted `salvage --to-store OUT` left a half-written store in OUT with no mark: `info` and `verify`
+    (and a broker) took it for an ordinary store. It is built in OUT.mqtool-partial and renamed to OUT once whole."""
+    from mqtool.apply.salvage_store import SalvageStoreWriter
+
+    source, out = copy_store("5.3.3", "crashed-small", tmp_path / "src"), tmp_path / "out"
+    add, count = SalvageStoreWriter.add, {"n": 0}
+
+    def killed_after_100(self, raw, **fields):
+        count["n"] += 1
+        if count["n"] > 100:
+            raise Killed("salvage")
+        return add(self, raw, **fields)
+
+    monkeypatch.setattr(SalvageStoreWriter, "add", killed_after_100)
+    with pytest.raises(Killed):
+        runner.invoke(app, ["salvage", str(source), "--to-store", str(out), "-f", "jsonl", "--out", str(tmp_path / "rows.jsonl")], catch_exceptions=False)
+    partial = tmp_path / "out.mqtool-partial"
+    assert not out.exists() and (partial / "commitlog").is_dir()
+    monkeypatch.setattr(SalvageStoreWriter, "add", add)
+    done = run("salvage", source, "--to-store", out, "-f", "jsonl", "--out", tmp_path / "rows.jsonl")
+    assert done.exit_code == 0, done.stderr
+    assert not partial.exists() and (out / "commitlog").is_dir() and (out / "checkpoint").is_file()
+    assert run("verify", out).exit_code == 0

@@ -7,6 +7,7 @@ position with its new offsets and ``__CRC32#`` (§2.10). Then the queues, index,
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,21 +56,31 @@ class NewStoreSummary:
     notes: list[str] = field(default_factory=list)
 
 
+PARTIAL_SUFFIX = ".mqtool-partial"
+
+
 class SalvageStoreWriter:
-    """Write records into a new store at ``target`` (``check_target`` first); ``close`` finishes it."""
+    """Write records into a new store for ``target`` (``check_target`` first); ``close`` finishes it. It is built in
+    ``building``, the sibling ``<target>.mqtool-partial`` (an earlier salvage's cut short there is replaced), renamed to
+    ``target`` once whole and synced: a salvage killed part-way leaves no half store at ``target`` for a broker, ``info``
+    or ``verify`` to take for a whole one. A ``target`` that is a mount point (no rename reaches it) is built in place."""
 
     def __init__(self, source: Store, target: Path):
         self.source = source
         self.target = target
         self.v5 = source.rules.v5
         min_offset = source.commitlog.min_offset
-        target.mkdir(parents=True, exist_ok=True)
+        self.building = target if os.path.ismount(target) else target.with_name(target.name + PARTIAL_SUFFIX)
+        if self.building != target and self.building.exists():
+            shutil.rmtree(self.building)
+        self.building.mkdir(parents=True, exist_ok=True)
+        target = self.building
         self.log = CommitLogWriter(target / "commitlog", source.commitlog.file_size, source.rules.stale_blank_fill, base=min_offset)
         self.cq = ConsumeQueueWriter(target / "consumequeue", source.consume_queue_file_size)
         self.index = IndexWriterService(target / "index", *geometry(source))  # the broker's default geometry where the source has none
         self.next_queue_offset: dict[tuple[str, int], int] = {}
         self.last_store_timestamp = 0
-        self.summary = NewStoreSummary(str(target), min_offset)
+        self.summary = NewStoreSummary(str(self.target), min_offset)
 
     def add(self, raw: bytes, *, offset: int, topic: str, queue_id: int, queue_offset: int, sys_flag: int, store_timestamp: int,
             tags_code: int, keys, uniq_key: str | None, prepared_transaction_offset: int) -> Placed:
@@ -103,21 +114,23 @@ class SalvageStoreWriter:
         s.queues = len(self.cq.queues)
         s.consume_queue_entries = sum(q.placed for q in self.cq.queues.values())
         s.index_files = len(self.index.close())
-        for path in sorted((self.target / "commitlog").iterdir()):
+        for path in sorted((self.building / "commitlog").iterdir()):
             fsync_path(path)
         ts = self.last_store_timestamp
         wide = self.v5 and (self.source.checkpoint_used_bytes or 0) > 32
         checkpoint = cpfmt.StoreCheckpoint(ts, ts, self.index.full_end_timestamp, 0, s.end_offset if wide else 0)
-        (self.target / "checkpoint").write_bytes(cpfmt.encode_checkpoint(checkpoint))
-        fsync_path(self.target / "checkpoint")
+        (self.building / "checkpoint").write_bytes(cpfmt.encode_checkpoint(checkpoint))
+        fsync_path(self.building / "checkpoint")
         self._copy_config()
         if not written and s.records:
             s.notes.append("no record is dispatched to a consume queue")
         if self.source.root is not None and (self.source.root / "timerlog").exists():
             s.notes.append("the timer store (timerlog, timerwheel) is not carried over: timer messages not yet due stay in rmq_sys_wheel_timer")
         # every directory of the new store, deepest first, then the store's own entry: the names of what was written
-        parallel(fsync_dir, sorted((p for p in self.target.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True))
-        fsync_dir(self.target)
+        parallel(fsync_dir, sorted((p for p in self.building.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True))
+        fsync_dir(self.building)
+        if self.building != self.target:
+            os.rename(self.building, self.target)  # over a new or empty directory (``check_target``): the store appears whole
         fsync_dir(self.target.parent)
         return s
 
@@ -125,7 +138,7 @@ class SalvageStoreWriter:
         """The topic, subscription and offset tables (``config/*.json`` and their ``.bak``)."""
         if self.source.root is None or not (self.source.root / "config").is_dir():
             return
-        config = self.target / "config"
+        config = self.building / "config"
         config.mkdir(exist_ok=True)
         for path in sorted((self.source.root / "config").iterdir()):
             if path.is_file() and path.name.endswith((".json", ".json.bak")):
