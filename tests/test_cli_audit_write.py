@@ -232,3 +232,13 @@ def test_a_salvage_to_a_store_cut_short_leaves_no_half_store_at_its_target(tmp_p
     assert done.exit_code == 0, done.stderr
     assert not partial.exists() and (out / "commitlog").is_dir() and (out / "checkpoint").is_file()
     assert run("verify", out).exit_code == 0
+
+
+def test_applying_a_saved_plan_whose_apply_was_interrupted_names_its_undo(crashed, tmp_path, monkeypatch):
+    """`apply PLAN --yes` again after its apply was killed finishes it ("that was this plan: it is now applied"); before, it
+    did not say where that apply's backup is nor how to undo it, the one thing an apply must always say."""
+    assert run("recover", crashed, "--plan-out", tmp_path / "plan.json").exit_code == 0
+    killed_at(monkeypatch, ["apply", tmp_path / "plan.json", "--yes", "--backup-dir", tmp_path / "a"], 3)
+    again = run("-q", "apply", tmp_path / "plan.json", "--yes")
+    assert again.exit_code == 0, again.stderr
+    assert undo_commands(again.stderr) == [["mqtool", "restore", str(tmp_path / "a"), "--yes"]]

@@ -702,9 +702,9 @@ def apply(plan_file: Annotated[Path, typer.Argument(help="A plan saved with --pl
     check_not_in_use(root, [], force)
     refuse_stopped_repair(root)
     pending = read_pending(root)
-    _finish_interrupted(root, yes, force)
+    finished = _finish_interrupted(root, yes, force)
     if pending is not None and BackupSet.open(pending).manifest.get("plan") == plan.to_dict():
-        note("that was this plan: it is now applied")
+        note_undo(f"that was this plan: it is now applied; backup in {shell_path(pending)}", pending)
         return
     done = None if plan.is_empty else applied_backup(plan.to_dict(), root)
     target = (backup_dir or default_backup_dir(root, plan.command)) if yes and not plan.is_empty and done is None else None
@@ -719,7 +719,7 @@ def apply(plan_file: Annotated[Path, typer.Argument(help="A plan saved with --pl
         raise Refused(NOT_APPLIED)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
-        note_undo(f"{plan.command} applied; backup in {shell_path(target)}", target)
+        note_undo(f"{plan.command} applied; backup in {shell_path(target)}", target, finished)
 
 
 @guarded
