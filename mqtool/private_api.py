@@ -14,9 +14,6 @@ it costs that saving and nothing else:
 - ``click_exceptions``: the exception classes of the click typer vendors (``typer._click``),
   which typer does not re-export and the CLI catches and raises. Fallback: ``click.exceptions``
   (a typer on real click).
-- ``help_whole_words``: the text wrapper of the click typer vendors (``typer._click._textwrap``), which
-  breaks a word at a hyphen: an option (``--dry-`` / ``run``) or a path (``.mqtool-`` / ``backups``) in
-  a command's help is split at some widths. Fallback: ``click._textwrap``; without either, help as it was.
 - ``exit_steps``: ``threading._shutdown`` (waits for non-daemon threads after running the
   callbacks that stop idle pool workers) and ``atexit._run_exitfuncs``, what the interpreter's
   exit runs before its teardown; ``cli/shutdown.py`` runs them, then ends the process with
@@ -60,28 +57,6 @@ def click_exceptions() -> ModuleType:
     except ImportError:  # an older typer on real click
         from click import exceptions
     return exceptions
-
-
-def help_whole_words() -> None:
-    """The help's wrapper breaks lines between words only, never at a hyphen inside one (options and paths stay whole)."""
-    try:
-        from typer._click import _textwrap as module
-    except ImportError:  # an older typer on real click
-        try:
-            from click import _textwrap as module
-        except ImportError:
-            return
-    wrapper = module.TextWrapper
-    if getattr(wrapper, "whole_words", False):
-        return
-
-    class WholeWords(wrapper):
-        whole_words = True
-
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **{**kwargs, "break_on_hyphens": False})
-
-    module.TextWrapper = WholeWords
 
 
 def exit_steps() -> tuple[Callable[[], None], Callable[[], None]] | None:

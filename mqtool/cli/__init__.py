@@ -21,7 +21,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from .. import __version__
 from ..errors import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, MqtoolError
-from ..private_api import click_exceptions, help_whole_words
+from ..private_api import click_exceptions
 from .state import State
 
 _exceptions = click_exceptions()
@@ -248,7 +248,6 @@ class MqtoolGroup(TyperGroup):
         State.debug = State.quiet = State.version_said = State.root_said = False
         State.broker_configs = {}
         install()  # values converted without pydantic
-        help_whole_words()  # an option or path in a help text is never split at its hyphen
         try:
             code = super().main(args, prog_name or "mqtool", complete_var, standalone_mode=False, **extra)
             code = code if isinstance(code, int) else EXIT_OK

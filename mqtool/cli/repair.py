@@ -284,7 +284,7 @@ def _note_damage(plan: Plan) -> None:
 MODIFYING_EXIT_CODES = """
     Exit codes: 0 applied (--yes), nothing to do, or the plan shown (--dry-run) or saved (--plan-out); 3 bad input; 4 refused:
     the plan printed without --yes, a live broker, broker versions whose plans differ, a backup that would not fit."""
-# one paragraph the help fills to the terminal's width, as every command's (``private_api.help_whole_words``: no option split)
+# one paragraph the help fills to the terminal's width, as every command's
 
 
 def modifying(command: str):
