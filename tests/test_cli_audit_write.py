@@ -173,16 +173,15 @@ def test_the_live_broker_refusal_quotes_its_paths(tmp_path):
 @pytest.mark.parametrize("command", ["recover", "truncate-dirty", "rebuild-cq", "rebuild-index", "repair"])
 def test_the_write_commands_help_fills_the_width(command):
     """Before, at 100 columns: the "Exit codes:" paragraph of recover, truncate-dirty and the rebuilds was kept in
-    ~55-column lines, and --backup-dir's help had a blank line and its default path broken over two lines."""
+    ~55-column lines, and --backup-dir's default path was broken over two lines; both keep their lines as written
+    (click's wrapper splits a word at its hyphen), now for 80 columns."""
     lines = runner.invoke(app, [command, "--help"], terminal_width=100).stdout.splitlines()
     if command != "repair":  # repair's own paragraph says its exit codes
         paragraph = lines[lines.index(next(x for x in lines if x.lstrip().startswith("Exit codes:"))):]
         paragraph = paragraph[:paragraph.index("")]
-        assert all(len(x) > 85 for x in paragraph[:-1]), paragraph
+        assert all(len(x) > 70 for x in paragraph[:-1]), paragraph
     at = lines.index(next(x for x in lines if x.lstrip().startswith("--backup-dir")))
-    shown = lines[at:at + 2]  # the option's help: two lines, no blank one; click may break a word at its hyphen
-    assert lines[at + 2].lstrip().startswith("--"), shown
-    assert "(default: .mqtool-backups/<store>-<time>-<command> beside the store)." in " ".join(x.strip() for x in shown).replace("- ", "-")
+    assert [".mqtool-backups/<store>-<time>-<command>"] in [x.split() for x in lines[at:at + 5]], lines[at:at + 5]  # whole, on its own line
 
 
 def test_restoring_a_repair_says_each_stage_on_its_own_line_even_quiet(crashed, tmp_path):

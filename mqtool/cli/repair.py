@@ -53,7 +53,7 @@ def _backup_dir(value: str) -> Path:
 
 BackupDirOpt = Annotated[
     Optional[Path],
-    typer.Option("--backup-dir", metavar="DIR", parser=_backup_dir, help="Where to keep the backup of everything changed (default: .mqtool-backups/<store>-<time>-<command> beside the store)."),
+    typer.Option("--backup-dir", metavar="DIR", parser=_backup_dir, help="Where to back up what changes; by default, beside the store:\n\n\b\n.mqtool-backups/<store>-<time>-<command>"),
 ]
 ForceOpt = Annotated[bool, typer.Option("--force", help="Run even though another process uses the store (dangerous).")]
 RestoreYesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Restore (without it what it would put back is printed).")]
@@ -282,9 +282,11 @@ def _note_damage(plan: Plan) -> None:
 
 
 MODIFYING_EXIT_CODES = """
-    Exit codes: 0 applied (--yes), nothing to do, or the plan shown (--dry-run) or saved (--plan-out); 3 bad input; 4 refused:
-    the plan printed without --yes, a live broker, broker versions whose plans differ, a backup that would not fit."""
-# one paragraph the help fills to the terminal's width, as every command's
+    \b
+    Exit codes: 0 applied (--yes), nothing to do, or the plan shown (--dry-run)
+    or saved (--plan-out); 3 bad input; 4 refused: the plan printed without
+    --yes, a live broker, broker versions whose plans differ, a backup that
+    would not fit."""  # \b: lines kept as written (click's wrapper would split an option at its hyphen), for 80 columns
 
 
 def modifying(command: str):
