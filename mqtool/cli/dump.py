@@ -420,9 +420,7 @@ def dump(
     decompress: Annotated[bool, typer.Option("--decompress", help="Inflate compressed bodies before --body encodes them.")] = False,
     follow: Annotated[bool, typer.Option("--follow", help="consumequeue: decode the message each entry points to.")] = False,
     format: FormatOpt = OutputFormat.table,
-    progress: ProgressOpt = None,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
+    progress: ProgressOpt = None, broker_config: BrokerConfigOpt = None, broker_version: BrokerVersionOpt = None,
 ) -> None:
     """Decode store files: messages, consume queue and index entries, the checkpoint, the timer log or DLedger entries.
 

@@ -197,8 +197,7 @@ def render_timer(console: Screen, timer: dict[str, Any]) -> None:
 @guarded
 def info(
     store_path: Annotated[Path, typer.Argument(metavar="STORE", help="Store root directory (or a commitlog folder or segment).")],
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
+    broker_config: BrokerConfigOpt = None, broker_version: BrokerVersionOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Show what a store holds: version, checkpoint, commit log range, topics, queues, index files.

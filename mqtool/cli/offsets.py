@@ -29,9 +29,7 @@ FINDINGS = {
 def offsets(
     store: Annotated[Path, typer.Argument(metavar="STORE", help="The store directory (broker stopped).")],
     group: Annotated[Optional[list[str]], typer.Option("--group", "-g", metavar="GROUP", help="Only this consumer group (repeatable).")] = None,
-    format: FormatOpt = OutputFormat.table,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
+    format: FormatOpt = OutputFormat.table, broker_config: BrokerConfigOpt = None, broker_version: BrokerVersionOpt = None,
 ) -> None:
     """Committed offsets (consumerOffset.json), delay levels (delayOffset.json) and 5.x timercheck: range, lag, findings.
 

@@ -104,9 +104,7 @@ def _key_command(name: str, kind: str, key_arg, max_help: str, max_default: int,
         begin: OldBeginOpt = None,
         end: OldEndOpt = None,
         body: BodyOpt = BodyEncoding.none,
-        format: FormatOpt = OutputFormat.table,
-        broker_config: BrokerConfigOpt = None,
-        broker_version: BrokerVersionOpt = None,
+        format: FormatOpt = OutputFormat.table, broker_config: BrokerConfigOpt = None, broker_version: BrokerVersionOpt = None,
     ) -> None:
         b = parse_time(_renamed(since, begin, "--since", "--begin"), "--since")
         e = parse_time(_renamed(until, end, "--until", "--end"), "--until")
@@ -168,9 +166,7 @@ def query_msg_id(
     store: StoreArg,
     msg_id: Annotated[str, typer.Argument(metavar="OFFSET_MSG_ID", help="The broker's offsetMsgId (32 or 56 hex characters).")],
     body: BodyOpt = BodyEncoding.none,
-    format: FormatOpt = OutputFormat.table,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
+    format: FormatOpt = OutputFormat.table, broker_config: BrokerConfigOpt = None, broker_version: BrokerVersionOpt = None,
 ) -> None:
     """The message an offsetMsgId names: its commit log offset read directly (viewMessage).
 
@@ -203,9 +199,7 @@ def query_offset(
     queue: Annotated[int, typer.Argument(metavar="QUEUE", min=0, help="Queue id.")],
     queue_offset: Annotated[int, typer.Argument(metavar="QUEUE_OFFSET", min=0, help="Offset in the queue.")],
     body: BodyOpt = BodyEncoding.none,
-    format: FormatOpt = OutputFormat.table,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
+    format: FormatOpt = OutputFormat.table, broker_config: BrokerConfigOpt = None, broker_version: BrokerVersionOpt = None,
 ) -> None:
     """The message at a queue offset, through the consume queue (as getMessage reads it).
 
@@ -265,9 +259,7 @@ def query_time(
     topic: TopicArg,
     queue: Annotated[int, typer.Argument(metavar="QUEUE", min=0, help="Queue id.")],
     time: Annotated[str, typer.Argument(metavar="TIME", help="Store time: epoch ms or ISO-8601 (naive = UTC).")],
-    format: FormatOpt = OutputFormat.table,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
+    format: FormatOpt = OutputFormat.table, broker_config: BrokerConfigOpt = None, broker_version: BrokerVersionOpt = None,
 ) -> None:
     """The queue offset getOffsetInQueueByTime returns (the input of resetOffsetByTime).
 

@@ -79,9 +79,7 @@ def salvage(
     include_stale: Annotated[bool, typer.Option("--include-stale", help="Also list stale records (overwritten history after the logical end; never written by --to-store).")] = False,
     body: Annotated[BodyEncoding, typer.Option("--body", help="How to show the stored body bytes.")] = BodyEncoding.none,
     format: Annotated[SalvageFormat, typer.Option("--format", "-f", help="Output format.")] = SalvageFormat.table,
-    progress: ProgressOpt = None,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
+    progress: ProgressOpt = None, broker_config: BrokerConfigOpt = None, broker_version: BrokerVersionOpt = None,
 ) -> None:
     """Every valid message of the commit log with its status: live, past-damage (the broker would discard it), stale.
 

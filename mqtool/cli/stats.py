@@ -28,9 +28,7 @@ def stats(
     topic: Annotated[Optional[list[str]], typer.Option("--topic", "-t", metavar="TOPIC", help="Only this topic (repeatable).")] = None,
     by: Annotated[Optional[Period], typer.Option("--by", help="Also volumes per topic and minute, hour or day of store time.")] = None,
     format: FormatOpt = OutputFormat.table,
-    progress: ProgressOpt = None,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
+    progress: ProgressOpt = None, broker_config: BrokerConfigOpt = None, broker_version: BrokerVersionOpt = None,
 ) -> None:
     """Per topic and queue: messages, bytes, store times, born-to-store delay, transaction types, delayed, compressed, retry and DLQ topics.
 

@@ -81,9 +81,7 @@ def survivors(
     by: Annotated[Optional[str], typer.Option("--by", metavar="<uniq-key|msg-id|key>", help="What the ids are: uniq-key (client msgId), msg-id (offsetMsgId) or key (KEYS). Default: detected.")] = None,
     column: Annotated[Optional[str], typer.Option("--column", metavar="NAME", help="The CSV column or JSON Lines field holding the ids.")] = None,
     format: FormatOpt = OutputFormat.table,
-    progress: ProgressOpt = None,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
+    progress: ProgressOpt = None, broker_config: BrokerConfigOpt = None, broker_version: BrokerVersionOpt = None,
 ) -> None:
     """Which of these messages survived: found, found-not-consumable, duplicated, past-damage or missing, per id.
 

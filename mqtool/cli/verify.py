@@ -119,9 +119,7 @@ def verify(
     to_offset: Annotated[Optional[int], typer.Option("--to-offset", min=0, metavar="OFFSET", help="Stop before this commit log offset.")] = None,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, metavar="N", help="Processes for the commit log check (segments in parallel).")] = 1,
     keep_going: Annotated[bool, typer.Option("--keep-going", help="After damage, resynchronise and check the rest of the log; count the valid records after each damaged range.")] = False,
-    fmt: FormatOpt = OutputFormat.table,
-    broker_config: BrokerConfigOpt = None,
-    broker_version: BrokerVersionOpt = None,
+    fmt: FormatOpt = OutputFormat.table, broker_config: BrokerConfigOpt = None, broker_version: BrokerVersionOpt = None,
     progress: ProgressOpt = None,
 ) -> None:
     """Check every CRC and every cross-file reference of a store; report each problem and where it is.
