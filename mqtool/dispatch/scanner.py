@@ -372,25 +372,19 @@ class DispatchScanner:
             yield acc.take()
         return crossed, end
 
-    def _at_stop(self, offset: int) -> bool:
-        return self.stop is not None and offset >= self.stop
-
-    def _reput_ends(self, end: ScanEnd) -> bool:
-        """Whether ``doReput`` stops for good at ``end``: the end of the data or ``stop``. Zeros before ``stop`` (the
-        recovery's end, where the readable region ends) are an illegal magic code to ``checkMessageAndReturnSize``,
-        which a master's reput skips to the next segment like any record it cannot read (§8.12, rules §2.12)."""
-        if end.reason == StopReason.ZEROS:
-            return self.stop is None or end.offset >= self.stop
-        return end.is_clean or end.reason == StopReason.SEGMENT_END and self._at_stop(end.offset)
-
     def skipped_ranges(self) -> list[tuple[int, int]]:
         """``reput``: each ``[record it could not dispatch, where doReput resumes)`` it skipped over, after iterating."""
         return [(end.offset, self._reput_resume(end)) for end in self.skipped]
 
     def _reput_resume(self, end: ScanEnd) -> int | None:
-        """Where ``doReput`` continues after a record it cannot dispatch (``served``: where the log
-        resumes); None where the scan ends there (always for ``recovery``)."""
-        if self.discipline == "recovery" or self._reput_ends(end):
+        """Where ``doReput`` continues after a record it cannot dispatch (``served``: where the log resumes); None where the
+        scan ends there (always for ``recovery``): the end of the data or ``stop``. Zeros before ``stop`` (the recovery's end,
+        where the readable region ends) are an illegal magic code to ``checkMessageAndReturnSize``, which a master's reput
+        skips to the next segment like any record it cannot read (§8.12, rules §2.12)."""
+        at_stop = lambda offset: self.stop is not None and offset >= self.stop  # noqa: E731
+        past, reason = at_stop(end.offset), end.reason
+        ends = past or self.stop is None if reason == StopReason.ZEROS else end.is_clean or reason == StopReason.SEGMENT_END and past
+        if self.discipline == "recovery" or ends:
             return None
         if self.discipline == "served":
             nxt = self.commitlog.resume_after_damage(end)
@@ -403,7 +397,7 @@ class DispatchScanner:
             if index is None or index + 1 >= len(self.commitlog.segments):
                 return None
             nxt = self.commitlog.segments[index + 1].base_offset
-        return None if self._at_stop(nxt) else nxt
+        return None if at_stop(nxt) else nxt
 
     # ---- one sub-batch -----------------------------------------------------------------------
 
