@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -121,17 +122,14 @@ def commitlog_topics(store: Store) -> dict[str, dict[str, int]]:
 
     from ..scan.messages import read_batches
 
-    per_queue: dict[tuple[str, int], int] = {}
+    per_queue: Counter = Counter()
     for batch in read_batches(store, columns=["topic", "queue_id"]):
         grouped = pa.Table.from_batches([batch]).group_by(["topic", "queue_id"]).aggregate([([], "count_all")])
-        for row in grouped.to_pylist():
-            key = (row["topic"], row["queue_id"])
-            per_queue[key] = per_queue.get(key, 0) + row["count_all"]
+        per_queue.update({(row["topic"], row["queue_id"]): row["count_all"] for row in grouped.to_pylist()})
     topics: dict[str, dict[str, int]] = {}
     for (topic, _), count in sorted(per_queue.items()):
         t = topics.setdefault(topic, {"queues": 0, "messages": 0})
-        t["queues"] += 1
-        t["messages"] += count
+        t["queues"], t["messages"] = t["queues"] + 1, t["messages"] + count
     return topics
 
 

@@ -70,10 +70,8 @@ def _render_summary(console: Screen, s: dict[str, Any], root: Path | None, windo
     console.print(f"  findings: {errors}, {warnings}, {counts['info']} info" + (f" ({escape(kinds)})" if kinds else ""))
     for n in s["notes"]:
         console.print(f"  note: {escape(n)}")
-    if window:  # a range is not the store: the verdict says what it holds for
-        console.print("  [bold green]sound in the range checked[/]" if s["sound"] else "  [bold red]the store is NOT sound[/]")
-    else:
-        console.print("  [bold green]the store is sound[/]" if s["sound"] else "  [bold red]the store is NOT sound[/]")
+    verdict = "sound in the range checked" if window else "the store is sound"  # a range is not the store: said what it holds for
+    console.print(f"  [bold green]{verdict}[/]" if s["sound"] else "  [bold red]the store is NOT sound[/]")
     for line in unfinished:
         console.print(f"  next: {escape(line)}")
     if not s["sound"] and root is not None and not unfinished:
