@@ -61,9 +61,7 @@ def _timer_record(store: Store, offset: int, size: int):
         record = store.commitlog.read_record(offset)
     except (FormatError, LookupError):
         return None
-    if record.total_size != size or record.topic_name != fmt.TIMER_TOPIC:
-        return None
-    return record
+    return record if record.total_size == size and record.topic_name == fmt.TIMER_TOPIC else None
 
 
 def _identity(uniq_key: str | None, born_timestamp: int, body_crc: int) -> str:
@@ -152,16 +150,8 @@ def timer_report(store: Store, timer: TimerStore) -> TimerReport:
         readable = p is not None and store.commitlog.min_offset <= unit.offset_py < end
         real_topic, uniq_key, real_qid = (p.get(k) if p else None for k in (PropertyKey.REAL_TOPIC, PropertyKey.UNIQ_KEY, PropertyKey.REAL_QID))
         delivered = _delivered(deliveries, identity.get(unit.offset_py), real_topic, unit.offset_py) if readable else None
-        if not readable:
-            state = "lost"
-        elif delivered is not None:
-            state = "delivered"
-        elif unit.magic & fmt.MAGIC_DELETE:
-            state = "cancelled"
-        elif unit.magic & fmt.MAGIC_ROLL:
-            state = "rolled"
-        else:
-            state = "pending"
+        state = ("lost" if not readable else "delivered" if delivered is not None else "cancelled" if unit.magic & fmt.MAGIC_DELETE
+                 else "rolled" if unit.magic & fmt.MAGIC_ROLL else "pending")
         real_queue_id = java_int_or_none(real_qid)  # as TimerMessageStore reads it (Integer.parseInt)
         keys = p.get(PropertyKey.KEYS, "").split() if p else []
         rows.append(dict(zip(TIMER_FIELDS, (unit.timer_log_offset, unit.magic, unit.prev_pos, unit.curr_write_time_ms, unit.delivery_time,
@@ -242,10 +232,8 @@ def timer_resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None
     ``TimerMessageStore.enqueue`` raises ``currQueueOffset`` to it before it reads (5.0.0-5.3.3; ``recover`` too, 5.3.2+)."""
     rows, end = report.rows, report.log_end.offset
     after_unit = bool(rows) and rows[-1]["timer_log_offset"] == end - fmt.UNIT_SIZE and rows[-1]["state"] != "lost"
-    if after_unit:
-        offset = store.commitlog.read_record(rows[-1]["offset"]).queue_offset + 1
-    else:
-        offset = check.last_timer_queue_offset if check is not None else 0
+    last_offset = check.last_timer_queue_offset if check is not None else 0
+    offset = store.commitlog.read_record(rows[-1]["offset"]).queue_offset + 1 if after_unit else last_offset
     master_offset = check.master_timer_queue_offset if check is not None else 0
     master = check is None or master_offset < offset
     offset = min(offset, master_offset)
