@@ -30,9 +30,7 @@ def listening(listener: Listener) -> Iterator[None]:
 def listener(prefix: str = "") -> Listener | None:
     """The one listening (its stages named ``prefix + stage``), or None."""
     heard = _listener
-    if heard is None or not prefix:
-        return heard
-    return lambda stage, delta, total: heard(prefix + stage, delta, total)
+    return heard if heard is None or not prefix else lambda stage, delta, total: heard(prefix + stage, delta, total)
 
 
 def reporter(stage: str, start: int, stop: int) -> Callable[[int], None] | None:

@@ -141,9 +141,7 @@ def owner_for(target: Path) -> Owner:
         return owner_of(target)
     with os.scandir(target.parent) as entries:
         files = [e.name for e in entries if e.is_file(follow_symlinks=False) and not e.name.endswith(TMP_SUFFIX)]
-    if files:
-        return owner_of(target.parent / max(files))
-    return (*owner_of(target.parent)[:2], None)
+    return owner_of(target.parent / max(files)) if files else (*owner_of(target.parent)[:2], None)
 
 
 def set_owner(path: Path, owner: Owner | None) -> bool:

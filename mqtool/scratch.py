@@ -33,7 +33,5 @@ def working_file_error(exc: OSError) -> Exception:
     refused it (no room, no such directory, no permission); anything else as it is."""
     import tempfile
 
-    if exc.errno not in REFUSED:
-        return exc
-    return BadInput(f"cannot write mqtool's working files in {tempfile.gettempdir()} ({exc.strerror}): "
-                    "free space there, or set TMPDIR to a directory with room")
+    return exc if exc.errno not in REFUSED else BadInput(f"cannot write mqtool's working files in {tempfile.gettempdir()} ({exc.strerror}): "
+                                                         "free space there, or set TMPDIR to a directory with room")

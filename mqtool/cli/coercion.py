@@ -103,6 +103,4 @@ def _integer(value: Any, info, ctx=None, param=None) -> Any:
         return _TYPER
     if not LONG[0] <= value <= LONG[1]:
         raise click_exceptions().BadParameter(f"{value} is out of range: numbers are signed 64-bit, {LONG[0]} to {LONG[1]}", ctx=ctx, param=param)
-    if (info.min is not None and value < info.min) or (info.max is not None and value > info.max):
-        return _TYPER
-    return value
+    return _TYPER if (info.min is not None and value < info.min) or (info.max is not None and value > info.max) else value

@@ -230,9 +230,7 @@ def _reference_end(store: Store, end: ScanEnd, stop) -> ScanEnd:
     if end.is_clean:
         return end
     reference = store.commitlog.scan(end.offset, stop)
-    if next(iter(reference), None) is None and reference.end is not None and reference.end.offset == end.offset:
-        return reference.end
-    return end
+    return reference.end if next(iter(reference), None) is None and reference.end is not None and reference.end.offset == end.offset else end
 
 
 def _queue_scope(path: Path, folder: str, topics, queue) -> tuple[Path, list | None, int | None, Path | None]:

@@ -143,9 +143,7 @@ def _iso_second(second: int) -> str:
 def _cell(value: Any) -> str:
     if value is None:
         return ""
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, ensure_ascii=False)
-    return str(value)
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else str(value)
 
 
 # The table heading of a field every command shows under a shorter name (its JSON field name stays);
@@ -213,9 +211,7 @@ def with_body(columns: Sequence[str], body: str) -> tuple[str, ...]:
 def _table_value(value: Any, timed: bool, asked: bool) -> Any:
     if timed and isinstance(value, int):
         return iso_ms(value, zero_unset=not asked)
-    if isinstance(value, list):
-        return " ".join(map(str, value))
-    return value
+    return " ".join(map(str, value)) if isinstance(value, list) else value
 
 
 def text_encoder(fields: Sequence[str], fmt: OutputFormat):

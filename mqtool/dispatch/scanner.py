@@ -608,9 +608,7 @@ class DispatchCache:
     def batches(self, phase: int) -> Iterator[DispatchBatch] | None:
         """The batches of ``phase`` in order (read back and unpacked in a background thread, a
         batch or two ahead of the caller), or None when the cache gave up."""
-        if not self.enabled:
-            return None
-        return produced_in_thread((read_spilled(entry) for entry in self.phases.get(phase, [])), "mqtool-dispatch-cache")
+        return produced_in_thread((read_spilled(e) for e in self.phases.get(phase, [])), "mqtool-dispatch-cache") if self.enabled else None
 
     def _give_up(self) -> None:
         self.enabled, self.phases = False, {}

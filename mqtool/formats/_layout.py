@@ -81,9 +81,7 @@ def _field_code(subcon: construct.Construct, context: Mapping[str, Any]) -> str 
         return subcon.fmtstr[1:]
     if isinstance(subcon, construct.Bytes) and isinstance(subcon.length, int):
         return f"{subcon.length}s"
-    if isinstance(subcon, construct.Padded) and isinstance(subcon.subcon, construct.Pass.__class__):
-        return f"{subcon.length}x"
-    return None
+    return f"{subcon.length}x" if isinstance(subcon, construct.Padded) and isinstance(subcon.subcon, construct.Pass.__class__) else None
 
 
 def derive_fixed(

@@ -83,9 +83,7 @@ def batch_unit_span(properties: Mapping[str, str], queue_offset: int) -> tuple[i
     batch), else the record's QUEUEOFFSET and 1. ``ValueError`` where ``Long.parseLong`` or
     ``Short.parseShort`` would throw."""
     base, count = properties.get(PropertyKey.INNER_BASE), properties.get(PropertyKey.INNER_NUM)
-    if base is None or count is None:
-        return queue_offset, 1
-    return java_parse_int(base, 64), java_parse_int(count, 16)
+    return (queue_offset, 1) if base is None or count is None else (java_parse_int(base, 64), java_parse_int(count, 16))
 
 
 def dispatches_to_consume_queue(sys_flag: int) -> bool:

@@ -75,6 +75,4 @@ def numbers(values: np.ndarray, type: pa.DataType, valid: np.ndarray | None = No
 
 def validity(valid: np.ndarray | None) -> tuple[pa.Buffer | None, int]:
     """An Arrow validity bitmap of a bool mask, and the null count (None, 0: no nulls)."""
-    if valid is None or valid.all():
-        return None, 0
-    return pa.py_buffer(np.packbits(valid, bitorder="little")), int(len(valid) - valid.sum())
+    return (None, 0) if valid is None or valid.all() else (pa.py_buffer(np.packbits(valid, bitorder="little")), int(len(valid) - valid.sum()))
