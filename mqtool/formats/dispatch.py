@@ -109,9 +109,7 @@ def indexed_keys(sys_flag: int, uniq_key: str | None, keys: list[str] | tuple[st
     UNIQ_KEY (not under ``INDEX_KEYS_ONLY``), then each KEYS token; none if it is not indexed."""
     if not is_indexed(sys_flag, rule):
         return []
-    out = [uniq_key] if uniq_key is not None and rule == INDEX_UNIQ_AND_KEYS else []
-    out.extend(keys)
-    return out
+    return ([uniq_key] if uniq_key is not None and rule == INDEX_UNIQ_AND_KEYS else []) + list(keys)
 
 
 def consume_queue_tags_code(
@@ -271,14 +269,10 @@ def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, s
     names holding a path separator; ``NO_MULTI_DISPATCH``: none (a release before 4.9.3). ``LmqOffsetThrows`` where ``Long.parseLong`` throws on an offset.
     """
     queues, offsets = properties.get("INNER_MULTI_DISPATCH", ""), properties.get("INNER_MULTI_QUEUE_OFFSET", "")
-    if rule == NO_MULTI_DISPATCH or not queues.strip() or not offsets.strip():
-        return []
-    if rule >= LMQ_SKIP_RETRY and topic.startswith("%RETRY%"):
-        return []
-    if rule >= LMQ_SKIP_RETRY_TIMER_SCHEDULE and (topic in (SCHEDULE_TOPIC, TIMER_TOPIC) or rule >= LMQ_SKIP_SYSTEM and topic.startswith("rmq_sys_")):
-        return []
     names, values = java_split(queues, MULTI_DISPATCH_SEPARATOR), java_split(offsets, MULTI_DISPATCH_SEPARATOR)
-    if len(names) != len(values):
+    if (rule == NO_MULTI_DISPATCH or not queues.strip() or not offsets.strip() or len(names) != len(values)
+            or rule >= LMQ_SKIP_RETRY and topic.startswith("%RETRY%")
+            or rule >= LMQ_SKIP_RETRY_TIMER_SCHEDULE and (topic in (SCHEDULE_TOPIC, TIMER_TOPIC) or rule >= LMQ_SKIP_SYSTEM and topic.startswith("rmq_sys_"))):
         return []
     targets = []
     for name, value in zip(names, values):
