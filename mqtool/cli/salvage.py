@@ -155,10 +155,8 @@ def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyE
 def _report(summary, new_store, include_stale: bool, next_start) -> None:
     c = summary.counts
     cut = summary.cut
-    if next_start is not None:
-        note(next_start.line())
-    else:
-        note(f"the broker's recovery ends the commit log at {cut.offset} ({cut.reason}{': ' + cut.detail if cut.detail and not cut.is_clean else ''})")
+    note(next_start.line() if next_start is not None else
+         f"the broker's recovery ends the commit log at {cut.offset} ({cut.reason}{': ' + cut.detail if cut.detail and not cut.is_clean else ''})")
     stale = sum(s.records for s in summary.stretches if s.status == "stale")
     note(f"salvaged {c['live'] + c['past-damage']} records: {c['live']} live, {c['past-damage']} past damage; {stale} stale records {'listed' if include_stale else 'not listed (--include-stale)'}")
     if summary.unread is not None:

@@ -99,9 +99,8 @@ def survivors(
         from ..recovery.planners import queues_after_start
         from ..scan.survivors import ROW_FIELDS, IdKind, SurvivorSearch, before_the_log, detect_kind
 
-        kind = IdKind(by) if by is not None else None
-        if kind is None:
-            kind = detect_kind(ids, store)
+        kind = IdKind(by) if by is not None else detect_kind(ids, store)
+        if by is None:
             note(f"ids read as {kind.value} (--by to say otherwise)")
         if kind is IdKind.msg_id and (gone := before_the_log(ids, store)):
             note(f"{gone} offsetMsgId(s) name offsets below the commit log's min offset {store.commitlog.min_offset}: the segments holding "
