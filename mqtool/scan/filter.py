@@ -49,12 +49,9 @@ class MessageFilter:
         conditions = []
         if self.topics:
             conditions.append(compute.is_in(t["topic"], pa.array(list(self.topics), pa.string())))
-        if self.queue is not None:
-            conditions.append(compute.equal(t["queue_id"], self.queue))
-        if self.since is not None:
-            conditions.append(compute.greater_equal(t["store_timestamp"], self.since))
-        if self.until is not None:
-            conditions.append(compute.less_equal(t["store_timestamp"], self.until))
+        bounds = ((compute.equal, "queue_id", self.queue), (compute.greater_equal, "store_timestamp", self.since),
+                  (compute.less_equal, "store_timestamp", self.until))
+        conditions += [compare(t[column], value) for compare, column, value in bounds if value is not None]
         if self.key is not None:  # per row, how many of its KEYS equal the key
             import numpy as np
 
