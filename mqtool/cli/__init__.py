@@ -280,14 +280,9 @@ class MqtoolGroup(TyperGroup):
 
 
 app = typer.Typer(
-    name="mqtool",
-    cls=MqtoolGroup,
-    epilog="Exit codes: 0 ok, 1 findings, 2 usage, 3 bad input, 4 refused, 5 internal error, 130 interrupted (Ctrl-C).",
-    no_args_is_help=True,
-    suggest_commands=False,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-    pretty_exceptions_show_locals=False,
+    name="mqtool", cls=MqtoolGroup,
+    epilog="Exit codes: 0 ok, 1 findings, 2 usage, 3 bad input, 4 refused, 5 internal error, 130 interrupted (Ctrl-C).", no_args_is_help=True,
+    suggest_commands=False, rich_markup_mode=None, pretty_exceptions_enable=False, pretty_exceptions_show_locals=False,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120},
 )
 

@@ -48,11 +48,8 @@ TIMER_HEADERS = {"real_queue_id": "queue", "real_topic": "topic"}
 # the options each KIND uses (commitlog: every one but --follow); any other one given is a usage error, never silently ignored
 KIND_OPTIONS = {
     "consumequeue": {"--topic", "--queue", "--from-offset", "--to-offset", "--limit", "--follow", "--body"},
-    "batchconsumequeue": {"--topic", "--queue", "--limit"},
-    "index": {"--topic", "--key", "--limit", "--broker-config"},
-    "checkpoint": set(),
-    "timer": {"--limit", "--broker-config", "--broker-version"},
-    "dledger": {"--from-offset", "--to-offset", "--limit"},
+    "batchconsumequeue": {"--topic", "--queue", "--limit"}, "index": {"--topic", "--key", "--limit", "--broker-config"}, "checkpoint": set(),
+    "timer": {"--limit", "--broker-config", "--broker-version"}, "dledger": {"--from-offset", "--to-offset", "--limit"},
 }
 
 

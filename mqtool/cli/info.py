@@ -33,16 +33,14 @@ def render_info(console: Screen, doc: dict[str, Any]) -> None:
     if cp:
         console.print(kv_table("Checkpoint", [
             *((name, checkpoint_value(field, cp[field])) for field, name in CHECKPOINT_NAMES.items()),
-            ("recovery bound (min - 3 s)", iso_ms(cp["min_timestamp"])),
-            ("bytes used", cp["used_bytes"]),
+            ("recovery bound (min - 3 s)", iso_ms(cp["min_timestamp"])), ("bytes used", cp["used_bytes"]),
         ]))
     elif doc.get("checkpoint_file") and not unread:
         console.print(kv_table("Checkpoint", [("file", doc["checkpoint_file"])]))
     console.print(kv_table("Commit log", [
         ("segment size", cl["file_size"]),
         ("segments", f"{len(cl['segments'])}: " + ", ".join(s["name"] for s in cl["segments"][:6]) + (" ..." if len(cl["segments"]) > 6 else "")),
-        ("min offset", cl["min_offset"]),
-        ("max offset", f"{cl['max_offset']} ({cl['end_reason']}; scanned from {cl['scan_from']})"),
+        ("min offset", cl["min_offset"]), ("max offset", f"{cl['max_offset']} ({cl['end_reason']}; scanned from {cl['scan_from']})"),
         *([("next start", doc["next_start"]["line"])] if doc.get("next_start") else []),
     ]))
     if dl:
@@ -175,8 +173,7 @@ def render_timer(console: Screen, timer: dict[str, Any]) -> None:
     if check:
         rows += [
             ("lastReadTimeMs", f"{iso_ms(check['last_read_time_ms'])} ({check['last_read_time_ms']})"),
-            ("lastTimerLogFlushPos", check["last_timer_log_flush_pos"]),
-            ("lastTimerQueueOffset", check["last_timer_queue_offset"]),
+            ("lastTimerLogFlushPos", check["last_timer_log_flush_pos"]), ("lastTimerQueueOffset", check["last_timer_queue_offset"]),
             ("masterTimerQueueOffset", check["master_timer_queue_offset"]),
         ]
     else:  # TimerCheckpoint's constructor reads the file only where it exists: every offset 0

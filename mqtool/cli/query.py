@@ -17,11 +17,8 @@ from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, SinceOpt, Unti
 from .output import OutputFormat, emit_rows, with_body
 
 app = typer.Typer(
-    name="query",
-    help="The broker's own lookups, offline: by key, UNIQ_KEY, offsetMsgId, queue offset, or time.",
-    epilog="Example: mqtool query key /data/rocketmq/store TopicTest order-42 --format json",
-    rich_markup_mode=None,
-    no_args_is_help=True,
+    name="query", help="The broker's own lookups, offline: by key, UNIQ_KEY, offsetMsgId, queue offset, or time.",
+    epilog="Example: mqtool query key /data/rocketmq/store TopicTest order-42 --format json", rich_markup_mode=None, no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

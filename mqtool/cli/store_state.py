@@ -16,8 +16,7 @@ def store_state(root: Path) -> dict:
 
     pending = read_pending(root)
     return {
-        "lock_holder": lock_holder(root),
-        "interrupted_apply": None if pending is None else str(pending),
+        "lock_holder": lock_holder(root), "interrupted_apply": None if pending is None else str(pending),
         "interrupted_repair": stopped_repair_state(root),
         "leftover_files": [] if pending is not None else [str(p.relative_to(root)) + ("/" if p.is_dir() else "") for p in leftover_temporaries(root)],
     }

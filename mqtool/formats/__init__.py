@@ -9,12 +9,8 @@ from importlib import import_module
 
 # the schemas re-exported here, each read from its module when first asked for
 _SCHEMAS = {
-    "CheckpointStruct": "checkpoint",
-    "CommitLogBlankStruct": "commitlog",
-    "CommitLogMessageStruct": "commitlog",
-    "ConsumeQueueEntryStruct": "consumequeue",
-    "IndexEntryStruct": "index",
-    "IndexHeaderStruct": "index",
+    "CheckpointStruct": "checkpoint", "CommitLogBlankStruct": "commitlog", "CommitLogMessageStruct": "commitlog",
+    "ConsumeQueueEntryStruct": "consumequeue", "IndexEntryStruct": "index", "IndexHeaderStruct": "index",
 }
 
 

@@ -21,12 +21,8 @@ def _declare() -> dict[str, Any]:
     from construct import Int64sb, Padding, Struct
 
     CheckpointStruct = Struct(
-        "physic_msg_timestamp" / Int64sb,
-        "logics_msg_timestamp" / Int64sb,
-        "index_msg_timestamp" / Int64sb,
-        "master_flushed_offset" / Int64sb,
-        "confirm_phy_offset" / Int64sb,
-        Padding(CHECKPOINT_FILE_SIZE - 40),
+        "physic_msg_timestamp" / Int64sb, "logics_msg_timestamp" / Int64sb, "index_msg_timestamp" / Int64sb, "master_flushed_offset" / Int64sb,
+        "confirm_phy_offset" / Int64sb, Padding(CHECKPOINT_FILE_SIZE - 40),
     )
     return {"CheckpointStruct": CheckpointStruct}
 

@@ -84,28 +84,12 @@ def _declare() -> dict[str, Any]:
     return {
         # One message record, magic V1 or V2 (§2.1). Lengths are signed; negatives read no bytes.
         "CommitLogMessageStruct": Struct(
-            "total_size" / Int32sb,
-            "magic_code" / Int32sb,
-            "body_crc" / Int32sb,
-            "queue_id" / Int32sb,
-            "flag" / Int32sb,
-            "queue_offset" / Int64sb,
-            "phys_offset" / Int64sb,
-            "sys_flag" / Int32sb,
-            "born_timestamp" / Int64sb,
-            "born_host_address" / host_address(SysFlag.BORNHOST_V6),
-            "born_host_port" / Int32sb,
-            "store_timestamp" / Int64sb,
-            "store_host_address" / host_address(SysFlag.STOREHOST_V6),
-            "store_host_port" / Int32sb,
-            "reconsume_times" / Int32sb,
-            "prepared_transaction_offset" / Int64sb,
-            "body_length" / Int32sb,
-            "body" / Bytes(lambda ctx: max(ctx.body_length, 0)),
-            "topic_length" / IfThenElse(this.magic_code == MESSAGE_MAGIC_V2, Int16sb, Int8sb),
-            "topic" / Bytes(this.topic_length),
-            "properties_length" / Int16sb,
-            "properties" / Bytes(lambda ctx: max(ctx.properties_length, 0)),
+            "total_size" / Int32sb, "magic_code" / Int32sb, "body_crc" / Int32sb, "queue_id" / Int32sb, "flag" / Int32sb, "queue_offset" / Int64sb,
+            "phys_offset" / Int64sb, "sys_flag" / Int32sb, "born_timestamp" / Int64sb, "born_host_address" / host_address(SysFlag.BORNHOST_V6),
+            "born_host_port" / Int32sb, "store_timestamp" / Int64sb, "store_host_address" / host_address(SysFlag.STOREHOST_V6),
+            "store_host_port" / Int32sb, "reconsume_times" / Int32sb, "prepared_transaction_offset" / Int64sb, "body_length" / Int32sb,
+            "body" / Bytes(lambda ctx: max(ctx.body_length, 0)), "topic_length" / IfThenElse(this.magic_code == MESSAGE_MAGIC_V2, Int16sb, Int8sb),
+            "topic" / Bytes(this.topic_length), "properties_length" / Int16sb, "properties" / Bytes(lambda ctx: max(ctx.properties_length, 0)),
         ),
         # The end-of-file blank record (§2.6). Before 4.9.1 stale bytes follow it up to the file end.
         "CommitLogBlankStruct": Struct("total_size" / Int32sb, "magic_code" / Int32sb),
@@ -133,8 +117,7 @@ def _header(born_host: str, store_host: str) -> FixedLayout:
 _PREFIX = written(("total_size", "l"), ("magic_code", "l"))  # derive_fixed(CommitLogBlankStruct)
 BLANK_HEADER_SIZE = _PREFIX.codec.size  # TOTALSIZE and the magic: an 8-byte blank (CommitLog.END_FILE_MIN_BLANK_LENGTH)
 HEADER_LAYOUTS: dict[tuple[bool, bool], FixedLayout] = {
-    (born_v6, store_v6): _header("16s" if born_v6 else "4s", "16s" if store_v6 else "4s")
-    for born_v6 in (False, True) for store_v6 in (False, True)
+    (born_v6, store_v6): _header("16s" if born_v6 else "4s", "16s" if store_v6 else "4s") for born_v6 in (False, True) for store_v6 in (False, True)
 }
 """Fixed header (TOTALSIZE .. BODYLEN) for each born-host / store-host address width."""
 
@@ -156,11 +139,7 @@ def header_size(sys_flag: int) -> int:
 def message_length(magic_code: int, sys_flag: int, body_length: int, topic_length: int, properties_length: int) -> int:
     """``calMsgLength``: the TOTALSIZE a record with these field lengths must have (§2.5)."""
     return (
-        header_size(sys_flag)
-        + max(body_length, 0)
-        + TOPIC_LENGTH[magic_code].size
-        + topic_length
-        + PROPERTIES_LENGTH.size
+        header_size(sys_flag) + max(body_length, 0) + TOPIC_LENGTH[magic_code].size + topic_length + PROPERTIES_LENGTH.size
         + max(properties_length, 0)
     )
 
@@ -270,12 +249,7 @@ def decode_record(buf, pos: int = 0, base_offset: int = 0, end: int | None = Non
     if props_end - pos != total_size:
         raise LengthMismatch(offset, total_size, props_end - pos)
     return CommitLogRecord(
-        offset,
-        *fields,
-        bytes(buf[p:body_end]),
-        topic_length,
-        bytes(buf[topic_start : topic_start + topic_length]),
-        properties_length,
+        offset, *fields, bytes(buf[p:body_end]), topic_length, bytes(buf[topic_start : topic_start + topic_length]), properties_length,
         bytes(buf[props_start:props_end]),
     )
 

@@ -22,26 +22,15 @@ def _declare() -> dict[str, Any]:
 
     return {
         "ConsumeQueueEntryStruct": Struct(
-            "phys_offset" / Int64sb,
-            "size" / Int32sb,
-            "tags_code" / Int64sb,
+            "phys_offset" / Int64sb, "size" / Int32sb, "tags_code" / Int64sb,
         ),
         "ConsumeQueueExtUnitStruct": Struct(
-            "size" / Int16sb,
-            "tags_code" / Int64sb,
-            "msg_store_time" / Int64sb,
-            "bitmap_size" / Int16sb,
+            "size" / Int16sb, "tags_code" / Int64sb, "msg_store_time" / Int64sb, "bitmap_size" / Int16sb,
             "filter_bitmap" / Bytes(lambda ctx: max(ctx.bitmap_size, 0)),
         ),
         "BatchConsumeQueueUnitStruct": Struct(
-            "phys_offset" / Int64sb,
-            "size" / Int32sb,
-            "tags_code" / Int64sb,
-            "store_time" / Int64sb,
-            "msg_base_offset" / Int64sb,
-            "batch_size" / Int16sb,
-            "compacted_offset" / Int32sb,
-            "reserved" / Int32sb,
+            "phys_offset" / Int64sb, "size" / Int32sb, "tags_code" / Int64sb, "store_time" / Int64sb, "msg_base_offset" / Int64sb,
+            "batch_size" / Int16sb, "compacted_offset" / Int32sb, "reserved" / Int32sb,
         ),
     }
 

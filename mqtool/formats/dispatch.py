@@ -170,17 +170,8 @@ def dispatch_request(
     except CorruptRecord as exc:
         raise CorruptRecord(record.offset, exc.reason) from None
     return DispatchRequest(
-        topic,
-        record.queue_id,
-        record.phys_offset,
-        record.total_size,
-        code,
-        record.store_timestamp,
-        record.queue_offset,
-        tuple(split_keys(props.get(PropertyKey.KEYS))),
-        props.get(PropertyKey.UNIQ_KEY),
-        record.sys_flag,
-        record.prepared_transaction_offset,
+        topic, record.queue_id, record.phys_offset, record.total_size, code, record.store_timestamp, record.queue_offset,
+        tuple(split_keys(props.get(PropertyKey.KEYS))), props.get(PropertyKey.UNIQ_KEY), record.sys_flag, record.prepared_transaction_offset,
     )
 
 

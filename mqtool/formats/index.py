@@ -22,19 +22,12 @@ def _declare() -> dict[str, Any]:
 
     return {
         "IndexHeaderStruct": Struct(
-            "begin_timestamp" / Int64sb,
-            "end_timestamp" / Int64sb,
-            "begin_phy_offset" / Int64sb,
-            "end_phy_offset" / Int64sb,
-            "hash_slot_count" / Int32sb,
-            "index_count" / Int32sb,
+            "begin_timestamp" / Int64sb, "end_timestamp" / Int64sb, "begin_phy_offset" / Int64sb, "end_phy_offset" / Int64sb,
+            "hash_slot_count" / Int32sb, "index_count" / Int32sb,
         ),
         "IndexSlotStruct": Struct("entry_number" / Int32sb),
         "IndexEntryStruct": Struct(
-            "key_hash" / Int32sb,
-            "phy_offset" / Int64sb,
-            "time_diff" / Int32sb,
-            "prev_index" / Int32sb,
+            "key_hash" / Int32sb, "phy_offset" / Int64sb, "time_diff" / Int32sb, "prev_index" / Int32sb,
         ),
     }
 

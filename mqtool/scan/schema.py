@@ -17,24 +17,17 @@ from .stats import BASE_AGGREGATES
 
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 _TYPES = {
-    "bigint": pa.int64(),
-    "int": pa.int32(),
-    "boolean": pa.bool_(),
-    "string": pa.string(),
-    "timestamp": TIMESTAMP,
-    "array<string>": pa.list_(pa.field("element", pa.string())),
-    "array<bigint>": pa.list_(pa.field("element", pa.int64())),
+    "bigint": pa.int64(), "int": pa.int32(), "boolean": pa.bool_(), "string": pa.string(), "timestamp": TIMESTAMP,
+    "array<string>": pa.list_(pa.field("element", pa.string())), "array<bigint>": pa.list_(pa.field("element", pa.int64())),
     "map<string,string>": pa.map_(pa.string(), pa.string()),
 }
 
 # the Spark type of each of ``mqtool dump``'s fields; their order is ``mqtool.store.records.MESSAGE_FIELDS``
 _DUMP_FIELDS_BY_KIND = {
     "bigint": ("offset", "phys_offset", "queue_offset", "born_timestamp", "store_timestamp", "prepared_transaction_offset", "tags_code"),
-    "int": ("size", "magic_version", "body_crc", "queue_id", "flag", "sys_flag", "reconsume_times", "body_length"),
-    "boolean": ("crc_ok",),
+    "int": ("size", "magic_version", "body_crc", "queue_id", "flag", "sys_flag", "reconsume_times", "body_length"), "boolean": ("crc_ok",),
     "string": ("born_host", "store_host", "topic", "tags", "uniq_key", "msg_id", "transaction_type", "body"),
-    "array<string>": ("sys_flag_names", "keys"),
-    "map<string,string>": ("properties",),
+    "array<string>": ("sys_flag_names", "keys"), "map<string,string>": ("properties",),
 }
 _DUMP_FIELD_KIND = {name: kind for kind, names in _DUMP_FIELDS_BY_KIND.items() for name in names}
 assert len(_DUMP_FIELD_KIND) == len(MESSAGE_FIELDS), "every field of mqtool.store.records has one Spark type"

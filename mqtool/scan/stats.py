@@ -43,8 +43,7 @@ BASE_AGGREGATES = [
     ("max_queue_offset", "dispatched_offset", "max"),
 ]
 EXTENDED_AGGREGATES = [
-    *((name, name, "sum") for name in ("not_type", "prepared", "commit", "rollback", "compressed")),
-    ("delay_min_ms", "delay", "min"),
+    *((name, name, "sum") for name in ("not_type", "prepared", "commit", "rollback", "compressed")), ("delay_min_ms", "delay", "min"),
     ("delay_max_ms", "delay", "max"),
 ]
 STATS_INPUT = ("topic", "queue_id", "size", "body_length", "crc_ok", "sys_flag", "store_timestamp", "queue_offset")
@@ -126,8 +125,7 @@ def aggregate(t: pa.Table, period_ms: int = HOUR_MS) -> pa.Table:
     store_ts = _int64(t["store_timestamp"])
     columns = {
         "topic": np.ascontiguousarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64),
-        **{k: _int64(t[k]) for k in ("queue_id", "size", "body_length", "crc_ok", "sys_flag", "queue_offset")},
-        "store_timestamp": store_ts,
+        **{k: _int64(t[k]) for k in ("queue_id", "size", "body_length", "crc_ok", "sys_flag", "queue_offset")}, "store_timestamp": store_ts,
         "born_timestamp": _int64(t["born_timestamp"]) if "born_timestamp" in t.column_names else store_ts,
     }
     table = GroupTable()
