@@ -21,9 +21,7 @@ def _declare() -> dict[str, Any]:
     from construct import Bytes, Int16sb, Int32sb, Int64sb, Struct
 
     return {
-        "ConsumeQueueEntryStruct": Struct(
-            "phys_offset" / Int64sb, "size" / Int32sb, "tags_code" / Int64sb,
-        ),
+        "ConsumeQueueEntryStruct": Struct("phys_offset" / Int64sb, "size" / Int32sb, "tags_code" / Int64sb),
         "ConsumeQueueExtUnitStruct": Struct(
             "size" / Int16sb, "tags_code" / Int64sb, "msg_store_time" / Int64sb, "bitmap_size" / Int16sb,
             "filter_bitmap" / Bytes(lambda ctx: max(ctx.bitmap_size, 0)),

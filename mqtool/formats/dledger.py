@@ -25,9 +25,7 @@ def _declare() -> dict[str, Any]:
             "magic" / Int32sb, "size" / Int32sb, "index" / Int64sb, "term" / Int64sb, "pos" / Int64sb, "channel" / Int32sb, "chain_crc" / Int32sb,
             "body_crc" / Int32sb, "body_size" / Int32sb,
         ),
-        "DLedgerIndexUnitStruct": Struct(
-            "magic" / Int32sb, "pos" / Int64sb, "size" / Int32sb, "index" / Int64sb, "term" / Int64sb,
-        ),
+        "DLedgerIndexUnitStruct": Struct("magic" / Int32sb, "pos" / Int64sb, "size" / Int32sb, "index" / Int64sb, "term" / Int64sb),
     }
 
 

@@ -26,9 +26,7 @@ def _declare() -> dict[str, Any]:
             "hash_slot_count" / Int32sb, "index_count" / Int32sb,
         ),
         "IndexSlotStruct": Struct("entry_number" / Int32sb),
-        "IndexEntryStruct": Struct(
-            "key_hash" / Int32sb, "phy_offset" / Int64sb, "time_diff" / Int32sb, "prev_index" / Int32sb,
-        ),
+        "IndexEntryStruct": Struct("key_hash" / Int32sb, "phy_offset" / Int64sb, "time_diff" / Int32sb, "prev_index" / Int32sb),
     }
 
 

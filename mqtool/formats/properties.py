@@ -75,9 +75,7 @@ def parse_properties(raw: bytes | memoryview, *, legacy: bool = False) -> dict[s
 
 def encode_properties(properties: Mapping[str, str], *, trailing_separator: bool = True) -> bytes:
     """Serialize properties in the given order (``messageProperties2String``)."""
-    text = PROPERTY_SEPARATOR.join(
-        f"{name}{NAME_VALUE_SEPARATOR}{value}" for name, value in properties.items() if value is not None
-    )
+    text = PROPERTY_SEPARATOR.join(f"{name}{NAME_VALUE_SEPARATOR}{value}" for name, value in properties.items() if value is not None)
     if text and trailing_separator:
         text += PROPERTY_SEPARATOR
     return text.encode("utf-8")

@@ -27,9 +27,7 @@ def _declare() -> dict[str, Any]:
             "size" / Int32sb, "prev_pos" / Int64sb, "magic" / Int32sb, "curr_write_time_ms" / Int64sb, "delay_time" / Int32sb, "offset_py" / Int64sb,
             "size_py" / Int32sb, "hash_topic" / Int32sb, "reserved" / Int64sb,
         ),
-        "WheelSlotStruct": Struct(
-            "time_slot" / Int64sb, "first_pos" / Int64sb, "last_pos" / Int64sb, "num" / Int32sb, "magic" / Int32sb,
-        ),
+        "WheelSlotStruct": Struct("time_slot" / Int64sb, "first_pos" / Int64sb, "last_pos" / Int64sb, "num" / Int32sb, "magic" / Int32sb),
         "TimerCheckStruct": Struct(
             "last_read_time_ms" / Int64sb, "last_timer_log_flush_pos" / Int64sb, "last_timer_queue_offset" / Int64sb,
             "master_timer_queue_offset" / Int64sb, "state_version" / Int64sb, "data_version_timestamp" / Int64sb, "data_version_counter" / Int64sb,
