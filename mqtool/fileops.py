@@ -108,10 +108,7 @@ def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = Non
             return
         with naming(dst), open(src, "rb") as fin, open(dst, "wb") as fout:
             size = os.fstat(fin.fileno()).st_size
-            while True:
-                block = fin.read(CHUNK)
-                if not block:
-                    break
+            for block in iter(lambda: fin.read(CHUNK), b""):
                 if block.count(0) == len(block):
                     fout.seek(len(block), os.SEEK_CUR)
                 else:

@@ -60,10 +60,8 @@ class _Parser:
 
     def value(self) -> Any:
         ch = self.peek()
-        if ch == "{":
-            return self.obj()
-        if ch == "[":
-            return self.array()
+        if ch and ch in "{[":
+            return self.obj() if ch == "{" else self.array()
         if ch and ch in "\"'":
             return self.string()
         if ch == "-" or ch.isdigit():
@@ -95,10 +93,8 @@ class _Parser:
         if not m:
             self.fail("expected an object key")
         self.pos = m.end()
-        word = m.group()
-        if re.fullmatch(r"-?\d+", word):
-            return int(word)  # fastjson writes Integer/Long map keys bare
-        return word  # AllowUnQuotedFieldNames
+        word = m.group()  # AllowUnQuotedFieldNames; fastjson writes Integer/Long map keys bare
+        return int(word) if re.fullmatch(r"-?\d+", word) else word
 
     def array(self) -> list:
         return [self.value() for _ in self.items("]", "array")]
