@@ -84,12 +84,7 @@ def _field_code(subcon: construct.Construct, context: Mapping[str, Any]) -> str 
     return f"{subcon.length}x" if isinstance(subcon, construct.Padded) and isinstance(subcon.subcon, construct.Pass.__class__) else None
 
 
-def derive_fixed(
-    schema: construct.Struct,
-    context: Mapping[str, Any] | None = None,
-    *,
-    stop_at: str | None = None,
-) -> FixedLayout:
+def derive_fixed(schema: construct.Struct, context: Mapping[str, Any] | None = None, *, stop_at: str | None = None) -> FixedLayout:
     """Derive the leading fixed-width block of ``schema``.
 
     Fields are taken in order until one whose width depends on earlier data (or ``stop_at``,

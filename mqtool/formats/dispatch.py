@@ -112,9 +112,7 @@ def indexed_keys(sys_flag: int, uniq_key: str | None, keys: list[str] | tuple[st
     return ([uniq_key] if uniq_key is not None and rule == INDEX_UNIQ_AND_KEYS else []) + list(keys)
 
 
-def consume_queue_tags_code(
-    topic: str, properties: Mapping[str, str], store_timestamp: int, delay_table: Mapping[int, int]
-) -> int:
+def consume_queue_tags_code(topic: str, properties: Mapping[str, str], store_timestamp: int, delay_table: Mapping[int, int]) -> int:
     """The tagsCode ``checkMessageAndReturnSize`` computes (an empty ``delay_table`` reproduces
     4.9.2-4.9.8 abnormal recovery, where the table is not loaded yet: §3.5)."""
     code = hash_tags(properties.get(PropertyKey.TAGS))
@@ -157,10 +155,7 @@ class DispatchRequest(NamedTuple):
 
 
 def dispatch_request(
-    record: CommitLogRecord,
-    delay_table: Mapping[int, int] = DEFAULT_DELAY_TABLE,
-    *,
-    legacy_properties: bool = False,
+    record: CommitLogRecord, delay_table: Mapping[int, int] = DEFAULT_DELAY_TABLE, *, legacy_properties: bool = False,
 ) -> DispatchRequest:
     """Build the ``DispatchRequest`` of a decoded record."""
     props = record.property_map(legacy=legacy_properties)
