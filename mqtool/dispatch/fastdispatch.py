@@ -32,17 +32,13 @@ def dispatch_all(buf, rows, legacy, delay_ms, index_enable, out, out_base, keys,
                                        numbers.known, topic_ids)
         if done == rows.shape[0]:
             return keys, key_fill
-        grown = np.empty(max(2 * keys.shape[0], 64), dtype=np.int64)
-        grown[:key_fill] = keys[:key_fill]
-        keys = grown
+        keys = np.concatenate((keys[:key_fill], np.empty(max(2 * keys.shape[0], 64) - key_fill, dtype=np.int64)))
 
 
 def delay_array(delay_table: dict[int, int]) -> np.ndarray:
     """``delay_ms[level]`` for levels 1..max (index 0 unused); levels missing from a gapped
     table fall back to 1000 ms like ``computeDeliverTimestamp``."""
-    top = max(delay_table, default=0)
-    arr = np.full(top + 1, 1000, dtype=np.int64)
-    for level, ms in delay_table.items():
-        arr[level] = ms
+    arr = np.full(max(delay_table, default=0) + 1, 1000, dtype=np.int64)
+    arr[list(delay_table)] = list(delay_table.values())
     arr[0] = 0
     return arr
