@@ -16,7 +16,7 @@ from typing import Mapping, NamedTuple
 from .commitlog import CommitLogRecord, TransactionType, transaction_type
 from .errors import CorruptRecord
 from .hashing import tags_code as hash_tags
-from .properties import PropertyKey, split_keys
+from .properties import PropertyKey, java_split, split_keys
 from .timer import TIMER_TOPIC
 
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -64,14 +64,6 @@ def java_int_or_none(text: str | None, bits: int = 32) -> int | None:
         return None if text is None else java_parse_int(text, bits)
     except ValueError:
         return None
-
-
-def java_split(text: str, separator: str) -> list[str]:
-    """``text.split(separator)`` as Java's ``String.split`` of a one-character pattern: trailing empty strings dropped."""
-    parts = text.split(separator)
-    while parts and parts[-1] == "":
-        parts.pop()
-    return parts
 
 
 DEFAULT_DELAY_TABLE = parse_delay_levels()

@@ -60,9 +60,7 @@ def parse_properties(raw: bytes | memoryview, *, legacy: bool = False) -> dict[s
         return result
     if legacy:
         for item in text.split(PROPERTY_SEPARATOR):
-            parts = item.split(NAME_VALUE_SEPARATOR)
-            while parts and parts[-1] == "":  # Java's String.split drops trailing empties
-                parts.pop()
+            parts = java_split(item, NAME_VALUE_SEPARATOR)
             if len(parts) == 2:
                 result[parts[0]] = parts[1]
         return result
@@ -79,6 +77,14 @@ def encode_properties(properties: Mapping[str, str], *, trailing_separator: bool
     if text and trailing_separator:
         text += PROPERTY_SEPARATOR
     return text.encode("utf-8")
+
+
+def java_split(text: str, separator: str) -> list[str]:
+    """``text.split(separator)`` as Java's ``String.split`` of a one-character pattern: trailing empty strings dropped."""
+    parts = text.split(separator)
+    while parts and parts[-1] == "":
+        parts.pop()
+    return parts
 
 
 def split_keys(keys: str | None) -> list[str]:
