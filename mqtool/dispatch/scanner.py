@@ -154,7 +154,7 @@ class SpilledBatch(DispatchBatch):
 
     def column(self, col: int) -> np.ndarray:
         if col in spillrows.WIDE:
-            return self._columns.wide_column(col)
+            return self._columns.wide[spillrows.WIDE.index(col)]  # a view of the spill
         if col in spillrows.NARROW:
             return self._columns.narrow_column(col)
         if col == fd.F_KEY_START:  # the running sum of the key counts, as unpacked

@@ -22,14 +22,10 @@ def body_crc(body: bytes | memoryview) -> int:
 def java_string_hash(text: str) -> int:
     """Java ``String.hashCode()``: ``h = 31*h + unit`` over UTF-16 code units, signed int32."""
     h = 0
-    for unit in text.encode("ascii") if text.isascii() else utf16_units(text):  # ASCII: a byte per unit
+    units = text.encode("ascii") if text.isascii() else [u for (u,) in struct.iter_unpack(">H", text.encode("utf-16-be", "surrogatepass"))]
+    for unit in units:  # UTF-16 code units (what Java's ``String`` holds); ASCII: a byte per unit
         h = (31 * h + unit) & 0xFFFFFFFF
     return h - 0x100000000 if h & 0x80000000 else h
-
-
-def utf16_units(text: str) -> list[int]:
-    """The UTF-16 code units of ``text`` (what Java's ``String`` holds)."""
-    return [unit for (unit,) in struct.iter_unpack(">H", text.encode("utf-16-be", "surrogatepass"))]
 
 
 def tags_code(tags: str | None) -> int:
