@@ -156,9 +156,9 @@ class SpilledBatch(DispatchBatch):
         if col in spillrows.WIDE:
             return self._columns.wide[spillrows.WIDE.index(col)]  # a view of the spill
         if col in spillrows.NARROW:
-            return self._columns.narrow_column(col)
+            return self._columns.narrow[spillrows.NARROW.index(col)].astype(np.int64)
         if col == fd.F_KEY_START:  # the running sum of the key counts, as unpacked
-            counts = self._columns.narrow_column(fd.F_KEY_COUNT)
+            counts = self.column(fd.F_KEY_COUNT)
             return np.cumsum(counts) - counts
         if col == fd.F_FLAGS:
             return self._columns.flags.astype(np.int64)

@@ -77,10 +77,6 @@ class Columns:
         self.rows, self.n_keys, self.n_groups = rows, keys, groups
         self.wide, self.narrow, self.flags, self.key_in = _views(self.buf, rows, keys)
 
-    def narrow_column(self, col: int) -> np.ndarray:
-        """Field ``col`` (one of ``NARROW``) of every row, as int64."""
-        return self.narrow[NARROW.index(col)].astype(np.int64)
-
     @property
     def topic_ids(self) -> np.ndarray:
         return self.narrow[len(NARROW)]
