@@ -65,10 +65,8 @@ def numbers(values: np.ndarray, type: pa.DataType, valid: np.ndarray | None = No
     """A fixed-width (or boolean) Arrow array of ``values`` (``valid``: a bool mask, None = no
     nulls). Not ``pa.array``: it asks numpy whether ``values`` is a masked array, and that imports
     ``numpy.ma``."""
-    if pa.types.is_boolean(type):
-        data = np.packbits(values, bitorder="little")
-    else:
-        data = np.ascontiguousarray(values, dtype=np.dtype(f"<i{type.bit_width // 8}"))
+    boolean = pa.types.is_boolean(type)
+    data = np.packbits(values, bitorder="little") if boolean else np.ascontiguousarray(values, dtype=np.dtype(f"<i{type.bit_width // 8}"))
     bitmap, nulls = validity(valid)
     return pa.Array.from_buffers(type, len(values), [bitmap, pa.py_buffer(data)], null_count=nulls)
 
