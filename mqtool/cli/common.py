@@ -176,8 +176,7 @@ def _say_version_against_marks(store: Store, path: Path, broker_version: str) ->
 
     State.version_said, source = True, given_source(store)
     if source != "given":
-        note(f"warning: --broker-version {broker_version}: {source.removeprefix('given; ')}; "
-             f"`mqtool info {shell_path(path)}` lists the marks")
+        note(f"warning: --broker-version {broker_version}: {source.removeprefix('given; ')}; `mqtool info {shell_path(path)}` lists the marks")
 
 
 def message_of(store: Store, record, body, decompress: bool = False) -> dict:

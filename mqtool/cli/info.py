@@ -71,8 +71,7 @@ def _store_table(doc: dict[str, Any], unread):
     abort, holder = doc["abort_file"], doc.get("lock_holder")
     lock = "present" if holder is None else f"present, HELD by pid {holder} (a running broker?)"
     if not doc["lock_file"]:
-        lock = ("a directory (see verify)" if doc.get("lock_directory")
-                else "a FIFO, socket or device node" if doc.get("lock_special") else "absent")
+        lock = ("a directory (see verify)" if doc.get("lock_directory") else "a FIFO, socket or device node" if doc.get("lock_special") else "absent")
     return kv_table("Store", [
         ("path", shell_path(doc["store"]) if doc["store"] else ", ".join(map(shell_path, (doc.get("commitlog") or {}).get("dirs") or ["-"]))),
         ("broker version", doc["version"]["label"]),

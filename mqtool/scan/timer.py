@@ -79,8 +79,7 @@ def _walk(store: Store, identities: set[str]) -> tuple[pa.Table, dict[str, list[
     uniqs = {i[2:] for i in identities if i.startswith("u:")}
     borns = {i for i in identities if i.startswith("b:")}
     queued = []
-    scan = MessageScan(store, columns=["offset", "topic", "queue_id", "queue_offset", "uniq_key", "born_timestamp", "body_crc"],
-                       check_crc=False)
+    scan = MessageScan(store, columns=["offset", "topic", "queue_id", "queue_offset", "uniq_key", "born_timestamp", "body_crc"], check_crc=False)
     timers = MessageFilter(topics=(fmt.TIMER_TOPIC,), queue=0)
     for batch in scan:
         timer = compute.filter(batch, timers.mask(batch))
