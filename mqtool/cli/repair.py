@@ -283,10 +283,11 @@ def _note_damage(plan: Plan) -> None:
 
 MODIFYING_EXIT_CODES = """
     \b
-    Exit codes: 0 applied (--yes), nothing to do, or the plan shown (--dry-run)
-    or saved (--plan-out); 3 bad input; 4 refused: the plan printed without
-    --yes, a live broker, broker versions whose plans differ, a backup that
-    would not fit."""  # \b: lines kept as written (click's wrapper would split an option at its hyphen), for 80 columns
+    Exit codes: 0 applied (--yes), nothing to do, or the
+    plan shown (--dry-run) or saved (--plan-out); 3 bad
+    input; 4 refused: the plan printed without --yes, a
+    live broker, broker versions whose plans differ, a
+    backup that would not fit."""  # \b: lines kept (no option split at a hyphen), short enough for 60 columns
 
 
 def modifying(command: str):
@@ -471,7 +472,7 @@ def _cut_line(stages: "RepairStages", root: Path) -> str:
     which its backup holds (README's incident section: ``salvage`` reads the store as it was): "" if it cut none."""
     if not stages.cut:
         return ""
-    return (f"; the repair cut {stages.cut} valid message(s) (the DAMAGE line above) and its backup holds them: to save what is readable "
+    return (f"; the repair cut {stages.cut} valid message(s) and its backup holds them: to save what is readable "
             f"of them, undo it with `mqtool restore {shell_path(stages.target.absolute())} --yes`, run `mqtool salvage {shell_path(root)} "
             "-f jsonl --body base64 --out FILE`, then repair again")
 
