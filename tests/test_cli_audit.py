@@ -942,16 +942,17 @@ def test_no_help_splits_an_option_name_at_a_hyphen():
     """``dump --help`` at 100 columns split "--broker-" / "version" in the prose naming each
     KIND's options (click wraps at hyphens); that list is now a block of its own, as is the default
     backup folder of the repair commands. Every command's help at 80, 100 and 120 columns keeps
-    each option name and path it mentions whole."""
+    each option name and path it mentions whole. In this process: a terminal of COLUMNS columns is
+    click's help width COLUMNS - 2 (``HelpFormatter``), the text a fresh ``mqtool`` prints there."""
     import re
 
     commands = [m[1] for m in re.finditer(r"^  ([a-z][a-z-]+)  +\S", run("--help").stdout, re.M)]
     assert "dump" in commands and "rebuild-cq" in commands and "mqtool" not in commands
     split = re.compile(r"\w-$")  # an option name or a path (``.mqtool-`` / ``backups``) broken at its hyphen
-    for columns in ("80", "100", "120"):
+    for columns in (80, 100, 120):
         for command in commands:
-            shown = mqtool(command, "--help", env={"COLUMNS": columns})
-            assert shown.returncode == 0, (command, shown.stderr)
+            shown = runner.invoke(app, [command, "--help"], terminal_width=columns - 2)
+            assert shown.exit_code == 0, (command, shown.stderr)
             assert not [line for line in shown.stdout.splitlines() if split.search(line.rstrip())], (command, columns)
 
 
