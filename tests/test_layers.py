@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
+from functools import cache
 from pathlib import Path
 
 from conftest import ROOT
@@ -32,8 +33,16 @@ def source_path(name: str) -> Path:
     return PACKAGE_DIRS[package].joinpath(*name[len(package) + 1 :].split("."))
 
 
-def imports(name: str, path: Path, is_package: bool) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+@cache
+def parsed(path: Path) -> ast.Module:
+    """A source file's syntax tree, parsed once for every test here (the sources do not change during the run)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
+@cache
+def imports(name: str, path: Path, is_package: bool) -> frozenset[str]:
+    """What module ``name`` imports, each name imported from a module included; once a module (``parsed``)."""
+    tree = parsed(path)
     pkg = name if is_package else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(tree):
@@ -48,7 +57,7 @@ def imports(name: str, path: Path, is_package: bool) -> set[str]:
                 target = node.module
             found.add(target)
             found.update(f"{target}.{a.name}" for a in node.names)
-    return found
+    return frozenset(found)
 
 
 LAYERS = ("base", "formats", "store", "dispatch", "scan", "verify", "recovery", "apply", "cli")
@@ -189,6 +198,6 @@ def test_private_apis_of_dependencies_are_used_only_in_private_api():
     for name, path, _ in modules():
         if name == "mqtool.private_api":
             continue
-        assert private_uses(ast.parse(path.read_text(encoding="utf-8"))) == set(), path
+        assert private_uses(parsed(path)) == set(), path
     assert {"typer._coercion.RuntimeParam", "typer.core._TyperParameter", "pyarrow._compute", "threading._shutdown", "atexit._run_exitfuncs",
-            "typer._click.exceptions"} <= private_uses(ast.parse((ROOT / "mqtool" / "private_api.py").read_text(encoding="utf-8")))
+            "typer._click.exceptions"} <= private_uses(parsed(ROOT / "mqtool" / "private_api.py"))
