@@ -495,3 +495,25 @@ def test_offset_in_an_empty_or_missing_queue_is_no_message_in_queue(tmp_path):
     (empty / some.name).write_bytes(bytes(some.stat().st_size))
     code, (row,), _ = _query("query", "offset", str(copy), "TopicWithNoMessage", "0", "0")
     assert (code, row["status"], row["queue_max_offset"]) == (1, "NO_MESSAGE_IN_QUEUE", 0)
+
+
+def test_a_lookup_on_a_crashed_store_maps_each_segments_head_once(monkeypatch):
+    """Before: `query msg-id` on a crashed store settled the abnormal recovery's start under each candidate version,
+    each time mapping every segment from the newest back to its first record (15 maps of a 5-segment store, 3000 of a
+    thousand-segment one); each segment's head is read once per store now, the answer the same."""
+    import mqtool.store.startfile as startfile
+
+    store = store_path("4.9.7", "crashed-small")
+    opened = []
+
+    class Counting(startfile.MappedFile):
+        def __init__(self, path, *args, **kwargs):
+            opened.append(path)
+            super().__init__(path, *args, **kwargs)
+
+    monkeypatch.setattr(startfile, "MappedFile", Counting)
+    message = manifest("4.9.7", "crashed-small")["messages"][5]
+    done = CliRunner().invoke(app, ["query", "msg-id", str(store), message["msgId"], "--format", "json"])
+    assert done.exit_code == 0, done.stderr
+    assert message["msgId"] in done.stdout
+    assert opened and len(opened) == len(set(opened)), opened

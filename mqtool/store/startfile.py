@@ -12,6 +12,7 @@ Segments before the start are never validated.
 
 from __future__ import annotations
 
+import weakref
 from typing import NamedTuple
 
 from ..formats import checkpoint as cpfmt
@@ -30,10 +31,22 @@ class ScanStart(NamedTuple):
     rule: str  # why this segment, in words
 
 
+_HEAD_TIMES: "weakref.WeakKeyDictionary[CommitLog, dict]" = weakref.WeakKeyDictionary()
+
+
 def first_record_store_time(commitlog: CommitLog, index: int, accept_v2: bool, skip: int = 0) -> int | None:
     """STORETIMESTAMP of the record at the start of segment ``index`` (after ``skip`` bytes: a
     DLedger entry header) as ``isMappedFileMatchedRecover`` reads it (no validation beyond the
-    magic code), or None."""
+    magic code), or None. Read once a commit log (the store model is read-only; a write reopens the
+    store): a plan or lookup settles the start under each candidate version, and each settling maps
+    every segment back to the start one (a store of a thousand segments, a thousand maps)."""
+    known = _HEAD_TIMES.setdefault(commitlog, {})
+    if (index, accept_v2, skip) not in known:
+        known[index, accept_v2, skip] = _read_head_time(commitlog, index, accept_v2, skip)
+    return known[index, accept_v2, skip]
+
+
+def _read_head_time(commitlog: CommitLog, index: int, accept_v2: bool, skip: int) -> int | None:
     seg = commitlog.segments[index]
     with MappedFile(seg.path, seg.base_offset) as mf:
         head = bytes(mf.buf[skip : skip + STORE_TS_POSITION[True] + 8])
