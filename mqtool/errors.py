@@ -5,7 +5,12 @@ Exit codes: 0 ok, 1 findings, 2 usage, 3 bad input, 4 refused, 5 internal error.
 
 from __future__ import annotations
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_BAD_INPUT, EXIT_REFUSED, EXIT_INTERNAL = range(6)  # in the order the docstring lists them
+EXIT_OK = 0
+EXIT_FINDINGS = 1
+EXIT_USAGE = 2
+EXIT_BAD_INPUT = 3
+EXIT_REFUSED = 4
+EXIT_INTERNAL = 5
 
 
 class MqtoolError(Exception):

@@ -149,8 +149,16 @@ def timer_report(store: Store, timer: TimerStore) -> TimerReport:
         readable = p is not None and store.commitlog.min_offset <= unit.offset_py < end
         real_topic, uniq_key, real_qid = (p.get(k) if p else None for k in (PropertyKey.REAL_TOPIC, PropertyKey.UNIQ_KEY, PropertyKey.REAL_QID))
         delivered = _delivered(deliveries, identity.get(unit.offset_py), real_topic, unit.offset_py) if readable else None
-        state = ("lost" if not readable else "delivered" if delivered is not None else "cancelled" if unit.magic & fmt.MAGIC_DELETE
-                 else "rolled" if unit.magic & fmt.MAGIC_ROLL else "pending")
+        if not readable:
+            state = "lost"
+        elif delivered is not None:
+            state = "delivered"
+        elif unit.magic & fmt.MAGIC_DELETE:
+            state = "cancelled"
+        elif unit.magic & fmt.MAGIC_ROLL:
+            state = "rolled"
+        else:
+            state = "pending"
         real_queue_id = java_int_or_none(real_qid)  # as TimerMessageStore reads it (Integer.parseInt)
         keys = p.get(PropertyKey.KEYS, "").split() if p else []
         rows.append(dict(zip(TIMER_FIELDS, (unit.timer_log_offset, unit.magic, unit.prev_pos, unit.curr_write_time_ms, unit.delivery_time,
