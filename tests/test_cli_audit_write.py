@@ -234,3 +234,43 @@ def test_applying_a_saved_plan_whose_apply_was_interrupted_names_its_undo(crashe
     again = run("-q", "apply", tmp_path / "plan.json", "--yes")
     assert again.exit_code == 0, again.stderr
     assert undo_commands(again.stderr) == [["mqtool", "restore", str(tmp_path / "a"), "--yes"]]
+
+
+def test_a_linked_segment_the_recovery_deletes_takes_no_room_in_the_backup(tmp_path, monkeypatch):
+    """Before: the room check counted a deleted segment that is a symlink to another file system (its data on another disk)
+    as a whole file copied into the backup, while the apply moves the link itself there (``Executor._delete``): a backup
+    disk with room for what the apply keeps was refused. The other file system is a patched ``st_dev``; the free space a
+    patched ``shutil.disk_usage`` with room for the cut's zeroed range (under 1 MiB) but not for the 1 MiB segment too."""
+    import os
+    import shutil
+    from collections import namedtuple
+
+    from mqtool.apply import executor
+
+    store = flipped(tmp_path)
+    other = tmp_path / "other disk"
+    other.mkdir()
+    segment = store / "commitlog" / "00000000000004194304"  # after the cut: the recovery deletes it
+    shutil.move(segment, other / segment.name)
+    segment.symlink_to(other / segment.name)
+
+    class OtherDisk:  # executor's os, with the files in "other disk" on a file system of their own
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        @staticmethod
+        def stat(path, *args, **kwargs):
+            st = os.stat(path, *args, **kwargs)
+            if "other disk" not in os.path.realpath(path):
+                return st
+            return namedtuple("st", "st_mode st_dev st_size st_blocks")(st.st_mode, st.st_dev + 1, st.st_size, st.st_blocks)
+
+    monkeypatch.setattr(executor, "os", OtherDisk())
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(3 << 20, 3 << 20, 3 << 19))
+    before = tree(store)
+    done = run("recover", store, "--yes", "--backup-dir", tmp_path / "bk")
+    assert done.exit_code == 0, done.stderr
+    assert not segment.is_symlink() and (other / segment.name).stat().st_size == 1 << 20  # the link moved, its data where it was
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == 0
+    assert segment.is_symlink() and tree(store) == before

@@ -160,16 +160,22 @@ RANGE_OPS = frozenset({"zero-range", "write-int64", "fill-units", "write-dledger
 WHOLE_OPS = frozenset({"delete", "quarantine", "resize", "pad-blank", "restore-config", "write-checkpoint", "write-dledger-checkpoint"})
 
 
+def moves_entry(path: Path, op: str) -> bool:
+    """Whether ``delete``/``quarantine`` renames the entry into the backup as it is (``Executor._delete``): a symlink, and a
+    directory ``quarantine`` moves, keep no bytes there."""
+    return op in ("delete", "quarantine") and (path.is_symlink() or op == "quarantine" and path.is_dir())
+
+
 def refuse_no_room(root: Path, plan: Plan, backup_dir: Path) -> None:
     """Refuse, before the first change, an apply whose backup cannot fit on ``backup_dir``'s file system: the byte ranges it
-    keeps, and the whole files it keeps that no hard link keeps there (``link_or_copy`` copies across file systems; a sparse
+    keeps, and the whole files it keeps that no hard link keeps there (not an entry it moves, ``moves_entry``; ``link_or_copy`` copies across file systems; a sparse
     file's allocated blocks), each file rounded up to a block, and the manifest holding the plan. A backup disk that fills
     during the apply anyway (space taken meanwhile) stops it at a safe point (``Executor.run``)."""
     where = next(p for p in (backup_dir.absolute(), *backup_dir.absolute().parents) if p.exists())
     device, block = os.stat(where).st_dev, os.statvfs(where).f_frsize or 4096
     ranges = [clfmt.BLANK_HEADER_SIZE if a.op == "write-blank" else a.end - a.start
               for a in plan.actions if a.op in RANGE_OPS or a.op == "write-blank"]
-    whole = [a.path for a in plan.actions if a.op in WHOLE_OPS and a.path]
+    whole = [a.path for a in plan.actions if a.op in WHOLE_OPS and a.path and not moves_entry(root / a.path, a.op)]
     whole += [rel for a in plan.actions if a.op == "write-dispatch" for rel in planned_queue_files(plan, None) + planned_index_files(plan, None)]
     sizes = []
     for rel in dict.fromkeys(whole):
@@ -283,7 +289,7 @@ class Executor:
         symlink, and a directory ``quarantine`` moves, is renamed into it as it is (``BackupSet.move_entry``): the broker's
         ``File.delete`` removes the link, not the file it names, and ``restore`` puts the link back."""
         path = self.root / action.path
-        if path.is_symlink() or action.op == "quarantine" and path.is_dir():
+        if moves_entry(path, action.op):
             self.backup.move_entry(action.path)
             durability_point("entry moved")
             return
