@@ -33,6 +33,12 @@ def shell_path(path) -> str:
     return shlex.quote(f"./{text}" if text.startswith("-") else text)
 
 
+def salvage_command(store) -> str:
+    """The ``salvage`` a damage note gives, pasteable: every readable message of ``store`` to a file, before a ``--yes`` zeroes
+    what the recovery cuts (README's incident section)."""
+    return f"mqtool salvage {shell_path(store)} -f jsonl --body base64 --out FILE"
+
+
 def fsync_path(path: Path) -> None:
     """fsync a file or a directory (a directory's fsync makes its renames and creations durable). A special
     file (FIFO, socket, device node) is never opened (a FIFO waits for a writer): its folder's fsync keeps it."""

@@ -23,7 +23,7 @@ from .. import apply as writer  # its executor (and the kernels it loads) on fir
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
 from ..apply.backup import BACKUPS_DIR, REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, newest_first, refuse_backup_inside, refuse_changed, refuse_incomplete, refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
 from ..apply.heap import release_free_heap
-from ..fileops import TMP_SUFFIX, write_atomic
+from ..fileops import TMP_SUFFIX, salvage_command, write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
 from ..recovery.plans import CommitLogPlan, LostMessages, Plan, PlanOptions
 from ..store.liveness import store_users
@@ -473,8 +473,7 @@ def _cut_line(stages: "RepairStages", root: Path) -> str:
     if not stages.cut:
         return ""
     return (f"; the repair cut {stages.cut} valid message(s) and its backup holds them: to save what is readable "
-            f"of them, undo it with `mqtool restore {shell_path(stages.target.absolute())} --yes`, run `mqtool salvage {shell_path(root)} "
-            "-f jsonl --body base64 --out FILE`, then repair again")
+            f"of them, undo it with `mqtool restore {shell_path(stages.target.absolute())} --yes`, run `{salvage_command(root)}`, then repair again")
 
 
 def _report_after(findings: list, cut: str = "") -> None:

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..errors import EXIT_FINDINGS, UsageError
+from ..fileops import salvage_command
 from ..table import cell_len
 from ..verify import CHECKS, FINDING_FIELDS, Summary, VerifyOptions
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, ProgressOpt, guarded, note, open_store, shell_path, silence_stdout
@@ -77,7 +78,7 @@ def _render_summary(console: Screen, s: dict[str, Any], root: Path | None, windo
     if not s["sound"] and root is not None and not unfinished:
         store = escape(shell_path(root))
         if dropped := (s["next_start"] or {}).get("dropped_messages"):  # recover --yes zeroes them: saved first or lost
-            console.print(f"  first: `mqtool salvage {store} -f jsonl --body base64 --out FILE` saves what is readable of the {dropped} "
+            console.print(f"  first: `{escape(salvage_command(root))}` saves what is readable of the {dropped} "
                           "message(s) the broker's next start drops (`recover` and `repair` zero them with --yes)")
         console.print(f"  next: `mqtool recover {store}` shows what the broker's next start will do, `mqtool repair {store}` "
                       "what makes the store sound (plans: nothing changes without --yes)")

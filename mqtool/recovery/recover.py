@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from ..formats import checkpoint as cpfmt
 from ..formats import markers
-from ..fileops import shell_path
+from ..fileops import salvage_command, shell_path
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
 from ..dispatch.scanner import TAGS_DELIVERY_TIME, TAGS_HASH, DispatchCache, after_phys, first_throw
@@ -155,7 +155,7 @@ def _lost_notes(run: RecoveryRun) -> None:
         store = shell_path(run.store.path())  # pasteable, as every command mqtool prints
         run.notes.insert(0, f"DAMAGE: the broker's recovery cuts the commit log at {end} ({cl_plan.end_reason}: {cl_plan.end_detail}), not at the "
                             f"end of the written data, and throws away the {lost.lost_now} valid message(s) ({lost.bytes - lost.stale_bytes} bytes) "
-                            f"after it; save what is readable of them before --yes: `mqtool salvage {store} -f jsonl --body base64 --out FILE` "
+                            f"after it; save what is readable of them before --yes: `{salvage_command(run.store.path())}` "
                             f"(`mqtool verify {store} --keep-going` shows the damaged range, `mqtool dump {store} --keep-going` reads past it)"
                             + (f" ({stale})" if stale else ""))
     elif stale:
