@@ -274,3 +274,27 @@ def test_a_linked_segment_the_recovery_deletes_takes_no_room_in_the_backup(tmp_p
     assert not segment.is_symlink() and (other / segment.name).stat().st_size == 1 << 20  # the link moved, its data where it was
     assert run("restore", tmp_path / "bk", "--yes").exit_code == 0
     assert segment.is_symlink() and tree(store) == before
+
+
+def test_repairs_plan_names_the_rebuild_its_yes_makes_after_a_dledger_recovery_that_cuts_entries(tmp_path):
+    """5.3.3 ``dledger-crashed-cqloss``: the broker's abnormal DLedger recovery truncates the queues short of the records
+    it keeps (the recover plan's note: 8 acknowledged messages lose their entries). Before: repair's plan said 'steps 1',
+    'beyond the broker 0', nothing left for verify, and recover's plan no "will still report" rows; --yes then applied a
+    second stage, rebuild-cq of 6 queues, which the plan never showed. Now both plans list what verify reports after the
+    recovery (6 cq-entry-missing runs, rebuild-cq fixes them) and repair's plan the rebuild-cq step --yes applies."""
+    import json
+
+    store = copy_store("5.3.3", "dledger-crashed-cqloss", tmp_path / "s")
+    recover = json.loads(run("recover", store, "-f", "json").stdout)
+    rows = [(r["kind"], r["lost_data"], r["fixed_by"]) for r in recover["verify_after"]]
+    assert rows == [("cq-entry-missing", False, "rebuild-cq")] * 6
+    assert sum(int(r["message"].split()[0]) for r in recover["verify_after"]) == len(recover["unqueued"]) == 8
+    plan = json.loads(run("repair", store, "-f", "json").stdout)
+    assert [(s["step"], s["beyond_broker"]) for s in plan["steps"]] == [("recover", False), ("rebuild-cq", True)]
+    queues = {q.removeprefix("consumequeue/") for q in plan["steps"][1]["paths"]}
+    assert queues == {f"{r['topic']}/{r['queue_id']}" for r in recover["unqueued"]}
+    done = run("repair", store, "--yes", "--backup-dir", tmp_path / "b")
+    assert done.exit_code == 0 and "repair applied in 2 stage(s)" in done.stderr
+    assert "rebuild-cq: 6 consume queue(s) with cq-entry-missing" in done.stderr
+    applied = json.loads((tmp_path / "b" / "02-rebuild-cq" / "manifest.json").read_text())["plan"]
+    assert {f"{q['topic']}/{q['queue_id']}" for q in applied["queues"]} == queues

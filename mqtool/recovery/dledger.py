@@ -20,7 +20,7 @@ from ..store.dledgerstart import DataRecovery, data_recovery, dispatches_on_abno
 from ..store.fastscan import COL_SIZE, FastScan
 from ..store.mappedfile import offset_file_name
 from .logkinds import LogKind, RecoveryRun
-from .plans import Action
+from .plans import Action, QueueRef
 from .planparts import rel, written_end
 
 
@@ -135,25 +135,35 @@ class DLedgerLog(LogKind):
                         for base, path in store.commitlog.layout.index_files() if base + size <= begin * dfmt.INDEX_UNIT_SIZE]
         return actions
 
+    def unqueued(self, run: RecoveryRun) -> list[QueueRef]:
+        """The records between the queues' cut ``cq_cut`` (5.2.0+ abnormal: short of the log's end, ``headerless_end``) and the
+        committed position the start-up reput resumes at: the cut takes their entries and no dispatch writes them again."""
+        from ..formats.dispatch import dispatches_to_consume_queue
+
+        cq_cut, reput_from, cl = run.cq_cut, run.reput_from, run.store.commitlog
+        if not run.dispatching or reput_from is None or cq_cut >= reput_from:
+            return []
+        return [QueueRef(r.topic_name, r.queue_id, r.queue_offset, r.offset, r.total_size)
+                for r in cl.scan(cl.segments[cl.segment_index(cq_cut)].base_offset, reput_from)
+                if cq_cut <= r.offset < reput_from and dispatches_to_consume_queue(r.sys_flag)]
+
     def notes(self, run: RecoveryRun) -> list[str]:
         from ..formats.dispatch import dispatches_to_consume_queue
 
         if not run.dispatching:
             return []
-        store, version, dl, cq_cut, reput_from = run.store, run.version, self.dl, run.cq_cut, run.reput_from
+        store, version, dl, reput_from = run.store, run.version, self.dl, run.reput_from
         dropped = run.dropped if run.index_enable else []
         notes = []
         end = dl.end.offset
-        if reput_from is not None and cq_cut < reput_from:
+        if lost := run.unqueued:
             cl = store.commitlog
-            lost = [r for r in cl.scan(cl.segments[cl.segment_index(cq_cut)].base_offset, reput_from) if cq_cut <= r.offset < reput_from and dispatches_to_consume_queue(r.sys_flag)]
-            if lost:
-                queues = {(r.topic_name, r.queue_id) for r in lost}
-                shifted = sum(1 for r in cl.scan(reput_from, end) if (r.topic_name, r.queue_id) in queues and dispatches_to_consume_queue(r.sys_flag))
-                notes.append(f"{version}'s abnormal DLedger recovery loses {len(lost)} acknowledged message(s) at [{lost[0].offset}, {lost[-1].offset}]: their consume "
-                             f"queue entries are truncated and the start-up reput resumes only at the committed position {reput_from} (checkpoint committedIndex "
-                             f"{dl.committed_index})" + (f"; {shifted} later message(s) of the same {len(queues)} queue(s) land at shifted queue offsets" if shifted else "")
-                             + ". `mqtool rebuild-cq` keeps them all")
+            queues = {(r.topic, r.queue_id) for r in lost}
+            shifted = sum(1 for r in cl.scan(reput_from, end) if (r.topic_name, r.queue_id) in queues and dispatches_to_consume_queue(r.sys_flag))
+            shifted_note = f"; {shifted} later message(s) of the same {len(queues)} queue(s) land at shifted queue offsets" if shifted else ""
+            notes.append(f"{version}'s abnormal DLedger recovery loses {len(lost)} acknowledged message(s) at [{lost[0].offset}, "
+                         f"{lost[-1].offset}]: their consume queue entries are truncated and the start-up reput resumes only at the committed "
+                         f"position {reput_from} (checkpoint committedIndex {dl.committed_index}){shifted_note}. `mqtool rebuild-cq` keeps them all")
         if dropped:
             first = min(f.header.begin_phy_offset for f in dropped)
             upto = end if run.indexed_from is None else min(run.indexed_from, end)

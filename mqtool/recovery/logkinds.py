@@ -14,7 +14,7 @@ from ..store.commitlog import StopReason
 from ..store.rules import BrokerVersion, VersionRules
 from ..store.startfile import log_recovery_mode, max_queue_phys_offset, recovery_start
 from .lost import record_at
-from .plans import Action, CommitLogPlan, DispatchPhase, IndexPlan, LostMessages, PlanOptions, QueuePlan
+from .plans import Action, CommitLogPlan, DispatchPhase, IndexPlan, LostMessages, PlanOptions, QueuePlan, QueueRef
 from .planparts import PhaseCounts, ScanResult, rel
 from .queues import QueueSim
 
@@ -66,6 +66,7 @@ class RecoveryRun:
     seeds_b: dict = field(default_factory=dict)
     # 5. the reput, then the results
     reput_from: int | None = None
+    unqueued: list[QueueRef] = field(default_factory=list)  # records kept without a consume queue entry (``LogKind.unqueued``)
     queue_plans: list[QueuePlan] = field(default_factory=list)
     index_plan: IndexPlan | None = None
 
@@ -108,6 +109,10 @@ class LogKind:
     def reput_from(self, run: RecoveryRun) -> int | None:
         """The start-up reput's start where the version does not reput from the max CQ offset."""
         return None
+
+    def unqueued(self, run: RecoveryRun) -> list[QueueRef]:
+        """The records the recovery keeps in the log whose consume queue entries it cuts and no later dispatch writes again."""
+        return []
 
     def log_actions(self, run: RecoveryRun) -> list[Action]:
         """Writes to the commit log after its cut (``MixedFirstLoad``'s end-of-file blank)."""

@@ -251,6 +251,8 @@ class Plan:
     format: str = PLAN_FORMAT
     verify_after: tuple[Expected, ...] = ()  # recover: what `verify` still reports afterwards
     refused: str | None = None  # recover: why the broker refuses to start after the log's load (``nextstart.later_refusal``)
+    # recover: records it keeps in the log whose consume queue entries it cuts and no later dispatch writes again (``DLedgerLog.unqueued``)
+    unqueued: tuple[QueueRef, ...] = ()
 
     @classmethod
     def new(cls, command: str, root: Path, version: str, source: str, actions, **parts) -> "Plan":

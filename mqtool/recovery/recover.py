@@ -62,7 +62,8 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
     settings = {**config_options(store), "index_safe": run.index_safe, "lost_limit": options.lost_limit, "full_scan": options.full_scan}
     return with_inputs(store, Plan.new(command, store.path(), str(run.version), run.source, run.actions, mode=run.mode if run.dispatching else None,
                                        options=settings, commitlog=run.cl_plan, lost=run.lost, dispatch=tuple(run.phases), queues=tuple(run.queue_plans),
-                                       index=run.index_plan, checkpoint=cp_plan, remove_abort=remove_abort, notes=tuple(run.notes), refused=refused),
+                                       index=run.index_plan, checkpoint=cp_plan, remove_abort=remove_abort, notes=tuple(run.notes), refused=refused,
+                                       unqueued=tuple(run.unqueued)),
                        run.sims, with_crc=with_crc)
 
 
@@ -222,6 +223,7 @@ def _index_results(run: RecoveryRun, kind: LogKind) -> None:
             size = path.stat().st_size
             if size != sim.file_size and base in sim.files:
                 run.notes.append(f"{rel(store, path)} is {size} bytes, not {sim.file_size}, which no broker loads (rules §2.13): it is rewritten at full size")
+    run.unqueued = kind.unqueued(run)
     run.notes += kind.notes(run)
     run.actions += kind.actions(run)
 

@@ -40,7 +40,7 @@ from ..store.rules import ERAS
 from ..store.version import eras_label
 from ..store.timer import RecoveredWheel, TimerLog, TimerLogEnd, TimerLogListing, TimerStore, chain_break, cut_at, recovered_wheel
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
-from ..verify.consumequeue import entry_mismatch
+from ..verify.consumequeue import MissingRun, entries_missing, entry_mismatch
 from ..verify.lmq import adjacent_runs, lmq_queue_dirs
 from ..verify.state import checkpoint_ahead_findings, config_file_findings, consumer_offset_findings
 from .plans import Action, CheckpointPlan, Expected, Plan, PlanOptions, QueuePlan, _from_json_value, _to_json_value
@@ -931,7 +931,7 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: St
             or (f.kind in ("checkpoint-missing", "checkpoint-size", "checkpoint-empty") and checkpoint)
         )
 
-    kept = [_partly_redispatched(f, cq_from, store) for f in findings if not removes(f)]
+    kept = [_partly_redispatched(f, cq_from, store) for f in findings if not removes(f)] + unqueued_findings(store, recover)
     if store is None:
         return kept
     partly = {_queue_of(f) for f in kept if f.kind == "cq-entry-missing" and (f.details or {}).get("redispatched_from") is not None}
@@ -944,6 +944,22 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: St
     if (unindexed := _unindexed_after(store, recover, ix_from)) is not None:
         kept = _replaced(kept, "index-keys-missing", lambda f: ix_from is None or f.offset < ix_from, unindexed)
     return recovered_offset_findings(store, kept, recover)
+
+
+def unqueued_findings(store: Store | None, recover: Plan) -> list[Finding]:
+    """verify's ``cq-entry-missing`` after ``recover`` for the records it keeps whose entries it cuts and no dispatch writes again
+    (``Plan.unqueued``: 5.2.0+'s abnormal DLedger recovery, ``DLedgerLog.unqueued``), a run per queue: ``rebuild-cq`` gives them back."""
+    runs: dict[tuple[str, int], MissingRun] = {}
+    for r in recover.unqueued:
+        run = runs.get((r.topic, r.queue_id))
+        if run is None:
+            runs[r.topic, r.queue_id] = MissingRun(r.offset, r.offset, r.queue_offset, r.queue_offset, 1)
+        else:
+            run.last_offset, run.last_queue_offset, run.count = r.offset, r.queue_offset, run.count + 1
+    said = ("lose their consume queue entries to this recovery: it truncates the queues before them, and the start-up reput resumes only after "
+            "them; the broker will not rebuild them by itself; consumers never see these messages")
+    return [entries_missing(topic, queue_id, queue_file(store, topic, queue_id, run.first_queue_offset) if store is not None else None, run, said)
+            for (topic, queue_id), run in runs.items()]
 
 
 def _partly_redispatched(f: Finding, cq_from: int | None, store: Store | None) -> Finding:

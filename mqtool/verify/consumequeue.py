@@ -313,6 +313,19 @@ def _wrapped_note(queue_offset: int) -> str:
     return "" if position == queue_offset * cqfmt.ENTRY_SIZE else f" (times the unit size, as a Java long: position {position})"
 
 
+def entries_missing(topic: str, queue_id: int, file: str | None, run: MissingRun, said: str, *, lost: bool = True, rebuilt: bool = False,
+                    **more) -> Finding:
+    """The ``cq-entry-missing`` of ``run``, records of ``topic``/``queue_id`` without a consume queue entry, ``said`` after their
+    count and place (why they have none, and what follows); ``lost``: an error, else a warning (the broker's start rebuilds
+    them). ``repair`` predicts the entries a recovery cuts from records it keeps with it (``recovery.repair.unqueued_findings``)."""
+    return (error if lost else warning)(
+        "cq-entry-missing",
+        f"{run.count} records of {topic}/{queue_id} (queue offsets {run.first_queue_offset}..{run.last_queue_offset}, commit log "
+        f"{run.first_offset}..{run.last_offset}) {said}", file=file, offset=run.first_offset, expected=f"{run.count} entries", found="none",
+        details={"topic": topic, "queue_id": queue_id, "first_queue_offset": run.first_queue_offset, "last_queue_offset": run.last_queue_offset,
+                 "last_offset": run.last_offset, "records": run.count, "rebuilt_by_broker": rebuilt, **more})
+
+
 def entry_mismatch(topic: str, queue_id: int, file: str | None, queue_offset: int, offset: int, what: str, expected, found, *,
                    record_damaged: bool = False, wrapped: bool = False) -> Finding:
     """The ``cq-entry-mismatch`` of the entry at ``queue_offset`` of ``topic``/``queue_id`` pointing at the record at ``offset``:
@@ -654,14 +667,9 @@ class ConsumeQueueCheck(FindingSink):
         lost = not rebuilt or stall is not None and not stall[0].undecided  # an undecided stall (lmq.stall_of says what decides) warns
         rebuilt = rebuilt and not stall
         where = "its consume queue directory is missing" if cursor.queue is None else "they have no consume queue entries"
-        self.emit((error if lost else warning)(
-            "cq-entry-missing",
-            f"{run.count} records of {cursor.label} (queue offsets {run.first_queue_offset}..{run.last_queue_offset}, commit log "
-            f"{run.first_offset}..{run.last_offset}) were dispatched by nobody: {where}; {consequence}",
-            file=self._file_of(cursor, run.first_queue_offset), offset=run.first_offset, expected=f"{run.count} entries", found="none",
-            details=cursor.details(first_queue_offset=run.first_queue_offset, last_queue_offset=run.last_queue_offset,
-                                   last_offset=run.last_offset, records=run.count, rebuilt_by_broker=rebuilt,
-                                   **({"reput_resumes_at": gap[1]} if gap else {}))))
+        self.emit(entries_missing(cursor.topic, cursor.queue_id, self._file_of(cursor, run.first_queue_offset), run,
+                                  f"were dispatched by nobody: {where}; {consequence}", lost=lost, rebuilt=rebuilt,
+                                  **({"reput_resumes_at": gap[1]} if gap else {})))
 
     @cached_property
     def reput_gaps(self) -> list[tuple[int, int]]:
