@@ -298,3 +298,24 @@ def test_repairs_plan_names_the_rebuild_its_yes_makes_after_a_dledger_recovery_t
     assert "rebuild-cq: 6 consume queue(s) with cq-entry-missing" in done.stderr
     applied = json.loads((tmp_path / "b" / "02-rebuild-cq" / "manifest.json").read_text())["plan"]
     assert {f"{q['topic']}/{q['queue_id']}" for q in applied["queues"]} == queues
+
+
+def test_apply_without_yes_of_a_stale_plan_meets_the_refusal_yes_meets(crashed, tmp_path):
+    """Before: `apply PLAN` of a plan whose store changed since said 'refused without --yes: the plan is only shown, nothing
+    changed; re-run with --yes to apply it', and the --yes it asked for then refused ('abort changed since the plan was made;
+    plan again'). The preview now says so itself (exit 4 both ways), and a plan that still matches keeps the preview's line."""
+    import os
+
+    plan = tmp_path / "plan.json"
+    assert run("recover", crashed, "--plan-out", plan).exit_code == 0
+    fresh = run("apply", plan)
+    assert fresh.exit_code == 4 and "re-run with --yes to apply it" in fresh.stderr
+    abort = crashed / "abort"
+    os.utime(abort, ns=(abort.stat().st_atime_ns, abort.stat().st_mtime_ns + 10**9))
+    before = tree(crashed)
+    shown = run("apply", plan)
+    done = run("apply", plan, "--yes")
+    assert shown.exit_code == done.exit_code == 4
+    refusal = "mqtool: error: abort changed since the plan was made (size or mtime differ); plan again"
+    assert shown.stderr.strip().splitlines()[-1] == done.stderr.strip().splitlines()[-1] == refusal
+    assert "re-run with --yes" not in shown.stderr and tree(crashed) == before

@@ -4,7 +4,7 @@ is imported on first use: ``info`` and ``verify`` read the pending-apply marker 
 
 from .backup import BackupSet, default_backup_dir, read_pending, restore
 
-_EXECUTOR = ("ApplyError", "StopRequests", "apply_plan", "deferred_interrupts", "interrupts_raised", "resume_pending")
+_EXECUTOR = ("ApplyError", "StopRequests", "apply_plan", "check_inputs", "deferred_interrupts", "interrupts_raised", "resume_pending")
 
 __all__ = ["BackupSet", "default_backup_dir", "read_pending", "restore", *_EXECUTOR]
 

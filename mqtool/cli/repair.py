@@ -718,6 +718,7 @@ def apply(plan_file: Annotated[Path, typer.Argument(help="A plan saved with --pl
         note(f"this plan was applied already (backup {done}); nothing changed: undo it with: mqtool restore {shell_path(done)} --yes")
         return
     if not yes:
+        writer.check_inputs(root, plan)  # the preview meets the refusal --yes would: "re-run with --yes" would be refused
         raise Refused(NOT_APPLIED)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
