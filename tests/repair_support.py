@@ -185,3 +185,24 @@ def every_kill_point(monkeypatch, tmp_path: Path, fresh, plan_of, original: dict
         else:  # finish it, as re-running the command does
             resume_pending(store_dir)
             assert state(store_dir) == final
+
+
+def index_rebuild_rewrites_every_file(monkeypatch) -> None:
+    """``rebuild-index`` planned to rewrite every index file, as before it left alone those already holding its bytes
+    (``OriginalFiles.holds`` says no file does): for tests in which it stands for any later apply that rewrites the
+    index file an earlier apply (a recover) wrote, whose rebuild is those very bytes."""
+    from mqtool.store.originals import OriginalFiles
+
+    monkeypatch.setattr(OriginalFiles, "holds", lambda self, path, position, data: False)
+
+
+def damage_index_entry(root: Path, number: int = 7) -> Path:
+    """One bit of entry ``number``'s phy offset flipped in the store's first index file (fixture geometry, 1000 slots): a
+    file ``rebuild-index`` rewrites, the others it leaves alone."""
+    from mqtool.formats import index as ixfmt
+
+    first = sorted((root / "index").iterdir())[0]
+    data = bytearray(first.read_bytes())
+    data[ixfmt.entry_position(1000, number) + 5] ^= 0x01
+    first.write_bytes(data)
+    return first

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from mqtool.cli import app
 from mqtool.recovery.plans import Plan
-from repair_support import tree
+from repair_support import damage_index_entry, tree
 
 runner = CliRunner()
 
@@ -54,12 +54,14 @@ def crashed(tmp_path):
 
 def test_rerunning_an_interrupted_rebuild_index_finishes_it_and_applies_no_second_one(crashed, tmp_path, monkeypatch):
     """Before: the re-run said "finishing the interrupted apply first (backup A)", then applied a second full rebuild
-    (every index file backed up again in B) and named only B to undo, `restore A` refused until B was restored."""
+    (every index file backed up again in B) and named only B to undo, `restore A` refused until B was restored. The
+    rebuild (of a damaged index entry) once finished, the same rebuild plans nothing: that says the re-run was the finish."""
+    damage_index_entry(crashed)
     original = tree(crashed)
     killed_at(monkeypatch, ["rebuild-index", crashed, "--yes", "--backup-dir", tmp_path / "a"], 3)
     again = run("rebuild-index", crashed, "--yes")
     assert again.exit_code == 0, again.stderr
-    assert "finishing the interrupted apply" in again.stderr and "same options" in again.stderr
+    assert "finishing the interrupted apply" in again.stderr and "apply is finished, which leaves nothing to do" in again.stderr
     assert not (crashed.parent / ".mqtool-backups").exists()  # no second backup in the default folder
     assert undo_commands(again.stderr) == [["mqtool", "restore", str(tmp_path / "a"), "--yes"]]
     assert run("restore", tmp_path / "a", "--yes").exit_code == 0

@@ -1184,7 +1184,8 @@ def test_rebuild_index_leaves_index_as_the_broker_loads_it(version, tmp_path):
 
     root = copy_store(version, "clean-small", tmp_path)
     index = root / "index"
-    first = sorted(os.listdir(index))[0]
+    files = sorted(os.listdir(index))
+    first = files[0]
     (index / f"{first}.tmp").write_bytes(b"half-written")
     (index / "99999999999999998").mkdir()
     (index / "99999999999999998" / "inside").write_bytes(b"x")
@@ -1192,10 +1193,11 @@ def test_rebuild_index_leaves_index_as_the_broker_loads_it(version, tmp_path):
     (index / "lost+found").mkdir()
     before = _entries(index)
     plan = json.loads(run("rebuild-index", root, "--broker-version", version, "--format", "json").stdout)
-    created = sorted(f["name"] for f in plan["index"]["files"] if f["action"] == "create")
+    rebuilt = sorted(f["name"] for f in plan["index"]["files"] if f["action"] != "delete")  # left alone: they hold its bytes
+    assert rebuilt == files and {f["action"] for f in plan["index"]["files"]} == {"unchanged"}
     assert run("rebuild-index", root, "--broker-version", version, "--yes", "--backup-dir", tmp_path / "b").exit_code == EXIT_OK
-    assert sorted(os.listdir(index)) == sorted(created + ["lost+found"])
-    assert [p.name for p in list_index_files(index)] == created
+    assert sorted(os.listdir(index)) == sorted(rebuilt + ["lost+found"])
+    assert [p.name for p in list_index_files(index)] == rebuilt
     _, out, findings = verified(root, version)
     assert "refuses" not in first_line(out)
     assert [(f["file"], f["severity"]) for f in findings if f["kind"].startswith("index-")] == [("index/lost+found", "info")]

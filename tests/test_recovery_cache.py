@@ -39,8 +39,8 @@ def written(store_dir: Path) -> dict[str, bytes]:
 
 def apply_with(tmp_path: Path, version: str, name: str, command: str, budget: int | None, label: str) -> tuple[Path, DispatchCache | None]:
     store_dir = copy_store(version, name, tmp_path / label)
-    if command == "rebuild-cq":  # the broker's queues already equal the rebuild (nothing to write): lost, so every file is written
-        shutil.rmtree(store_dir / "consumequeue")
+    if command in ("rebuild-cq", "rebuild-index"):  # the broker's files already equal the rebuild (nothing to write): lost, so every file is written
+        shutil.rmtree(store_dir / ("consumequeue" if command == "rebuild-cq" else "index"))
     cache = DispatchCache(budget) if budget is not None else None
     with Store.open(store_dir) as store:
         plan = PLANNERS[command](store, cache)

@@ -15,7 +15,8 @@ from mqtool.recovery.planners import PlanOptions, plan_rebuild_cq, plan_rebuild_
 from mqtool.store import Store
 from mqtool.formats import consumequeue as cqfmt
 from mqtool.formats.dispatch import SCHEDULE_TOPIC
-from repair_support import assert_tags_code, broker_query, cli, fixture_config, put_time_delay_tags, queue_entries, queue_view, tree
+from repair_support import (assert_tags_code, broker_query, cli, damage_index_entry, fixture_config, put_time_delay_tags, queue_entries, queue_view,
+                            tree)
 
 
 def rebuild(tmp_path, store_dir, planner, version, name, options=PlanOptions()):
@@ -146,10 +147,14 @@ def test_rebuild_index_answers_like_the_broker(tmp_path, version):
                 assert (m["commitLogOffset"] in got) == m["indexed"]
 
 
-def test_rebuild_index_says_it_replaces_the_files_it_deletes():
+def test_rebuild_index_says_it_replaces_the_files_it_deletes(tmp_path):
     """Before: the plan's actions said every index file it deletes was "newer than indexMsgTimestamp",
-    the abnormal exit's reason, also on a clean store whose first file ends at that very timestamp."""
-    with Store.open(store_path("4.9.7", "clean-small")) as store:
+    the abnormal exit's reason, also on a clean store whose first file ends at that very timestamp
+    (here: a third file past the two the rebuild gives, a copy of the last)."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    last = sorted((root / "index").iterdir())[-1]
+    shutil.copyfile(last, last.with_name(str(int(last.name) + 1000)))
+    with Store.open(root) as store:
         first_end, index_ts = store.index_files[0].header.end_timestamp, store.checkpoint.index_msg_timestamp
         plan = plan_rebuild_index(store)
     assert first_end <= index_ts
@@ -158,15 +163,42 @@ def test_rebuild_index_says_it_replaces_the_files_it_deletes():
     assert {f.reason for f in plan.index.files if f.action == "delete"} == {"replaced by the rebuild"}
 
 
+@pytest.mark.parametrize("version", ["3.2.6", "4.9.7", "5.3.3"])
+def test_rebuild_index_leaves_files_holding_its_bytes_alone(tmp_path, version):
+    """Before: ``rebuild-index --yes`` on a sound store rewrote every index file and kept a backup of all of them (its plan
+    was never empty). Now it says "nothing to rebuild", writes nothing and keeps no backup; with one entry of the first
+    file damaged, that file alone is rewritten (under its name) and backed up, and ``restore`` gives the damage back."""
+    root = copy_store(version, "clean-small", tmp_path / "s")
+    stamps = lambda: {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}  # noqa: E731
+    before, original = stamps(), tree(root)
+    result = cli("rebuild-index", str(root), "--yes", "--backup-dir", str(tmp_path / "b"))
+    assert result.returncode == 0 and "nothing to rebuild: every index file already equals the rebuild" in result.stdout, result.stderr
+    assert not (tmp_path / "b").exists() and stamps() == before
+    first = damage_index_entry(root)
+    damaged, data = tree(root), first.read_bytes()
+    result = cli("rebuild-index", str(root), "--yes", "--backup-dir", str(tmp_path / "b"))
+    assert result.returncode == 0, result.stderr
+    assert tree(root) == original
+    kept, = (tmp_path / "b" / "files").iterdir()  # the damaged file, alone
+    assert kept.name.endswith(f"-{first.name}") and kept.read_bytes() == data
+    assert cli("restore", str(tmp_path / "b"), "--yes").returncode == 0
+    assert tree(root) == damaged
+
+
 @pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
 def test_rebuild_index_in_tiny_writes_is_the_broker_index(tmp_path, version, monkeypatch):
     """The index writer appends entries a buffer at a time (``BUFFER_FULL`` resumes inside a record's
-    keys): with a 3-entry buffer, every resume point of a real index, its files still equal the broker's."""
+    keys): with a 3-entry buffer, every resume point of a real index, its files still equal the broker's,
+    and the plan's comparison (``ComparedIndex``, the same buffer) finds the broker's files hold its bytes."""
     import mqtool.apply.writers as writers
+    import mqtool.recovery.rebuild as planner
 
     monkeypatch.setattr(writers, "ENTRY_BUFFER", 3)
+    monkeypatch.setattr(planner, "ENTRY_BUFFER", 3)
     original = copy_store(version, "clean-small", tmp_path / "orig")
     store_dir = copy_store(version, "clean-small", tmp_path)
+    with Store.open(store_dir) as store:
+        assert plan_rebuild_index(store).is_empty
     shutil.rmtree(store_dir / "index")
     rebuild(tmp_path, store_dir, plan_rebuild_index, version, "clean-small")
     names = sorted(p.name for p in (original / "index").iterdir())

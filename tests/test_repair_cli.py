@@ -15,7 +15,7 @@ from mqtool.cli import app
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_REFUSED
 from mqtool.store import Store
 from mqtool.store.liveness import lock_holder, store_users
-from repair_support import tree
+from repair_support import damage_index_entry, tree
 
 runner = CliRunner()
 MODIFYING = ("truncate-dirty", "recover", "repair", "rebuild-cq", "rebuild-index")
@@ -357,6 +357,8 @@ def test_an_apply_says_where_its_backup_is_even_quiet_and_in_its_json(crashed, t
     with -q, and the document has ``backup``, from which ``restore`` undoes it byte for byte."""
     if command == "rebuild-cq":  # a queue file lost: the one thing the crashed store leaves it to do
         sorted((crashed / "consumequeue").glob("*/*/0*"))[0].unlink()
+    if command == "rebuild-index":  # an index entry damaged: else the crashed store's index already equals the rebuild
+        damage_index_entry(crashed)
     before, backup = tree(crashed), tmp_path / "bk"
     args, applied = [command, crashed], command
     if command == "apply":

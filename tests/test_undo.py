@@ -25,7 +25,7 @@ from mqtool.apply import BackupSet, read_pending, restore
 from mqtool.apply.backup import STAGING_DIR, repair_stages
 from mqtool.cli import app
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED
-from repair_support import ROOT, cli, mqtool
+from repair_support import ROOT, cli, damage_index_entry, index_rebuild_rewrites_every_file, mqtool
 
 runner = CliRunner()
 
@@ -152,9 +152,10 @@ def test_one_stage_restored_alone_before_the_later_one_is_refused_naming_it(repa
     assert snapshot(store) == before
 
 
-def test_restore_before_a_later_apply_backed_up_elsewhere_is_refused(tmp_path):
+def test_restore_before_a_later_apply_backed_up_elsewhere_is_refused(tmp_path, monkeypatch):
     """``recover --yes`` (backup in the default folder), then ``rebuild-index --yes --backup-dir`` elsewhere, which
-    deletes the index file the recover created and writes another. Before: ``restore`` of the recover backup took
+    rewrites the index file the recover created (``index_rebuild_rewrites_every_file``; it once deleted it and wrote another).
+    Before: ``restore`` of the recover backup took
     the created file, now absent, for "as the apply found it", exit 0, and left the rebuild's index file beside the
     restored one (the store not given back). Now refused (exit 4) naming that file and the way on, the store
     untouched; restored newest first, the store comes back byte for byte."""
@@ -163,8 +164,9 @@ def test_restore_before_a_later_apply_backed_up_elsewhere_is_refused(tmp_path):
     assert run("recover", store, "--yes").exit_code == EXIT_OK
     (recovered,) = (tmp_path / ".mqtool-backups").iterdir()
     (created,) = BackupSet.open(recovered).summary()["created"]
+    index_rebuild_rewrites_every_file(monkeypatch)
     assert run("rebuild-index", store, "--yes", "--backup-dir", tmp_path / "elsewhere").exit_code == EXIT_OK
-    assert not (store / created).exists()
+    assert BackupSet.open(tmp_path / "elsewhere").summary()["files"] == [created]
     after = snapshot(store)
     result = run("restore", recovered, "--yes")
     said = " ".join(result.stderr.split())
@@ -275,8 +277,9 @@ def test_a_backup_folder_that_cannot_be_made_says_to_give_another(command, tmp_p
     assert snapshot(store) == before and read_pending(store) is None
 
 
-def test_restore_while_another_apply_is_interrupted_is_refused(tmp_path):
-    """``recover --yes``, then ``rebuild-index --yes --backup-dir OTHER`` killed part-way. Before: ``restore`` of the recover
+def test_restore_while_another_apply_is_interrupted_is_refused(tmp_path, monkeypatch):
+    """``recover --yes``, then ``rebuild-index --yes --backup-dir OTHER`` (rewriting the recover's index file) killed part-way.
+    Before: ``restore`` of the recover
     backup went ahead (exit 0) under the other apply's ``.mqtool-pending`` mark and staging folder, which the next command
     then "finished" over the restored files. Now refused (exit 4), naming that apply's ways on, the store untouched;
     undone newest first, the store comes back byte for byte."""
@@ -284,8 +287,21 @@ def test_restore_while_another_apply_is_interrupted_is_refused(tmp_path):
     before = snapshot(store)
     assert run("recover", store, "--yes").exit_code == EXIT_OK
     (recovered,) = (tmp_path / ".mqtool-backups").iterdir()
-    killed = mqtool("rebuild-index", store, "--yes", "--backup-dir", tmp_path / "other", env={"MQTOOL_TEST_KILL_AT": "2"})
-    assert killed.returncode == -signal.SIGKILL and read_pending(store) is not None, killed.stderr
+    import mqtool.apply.executor as executor
+
+    index_rebuild_rewrites_every_file(monkeypatch)  # it rewrites the index file the recover wrote
+    points = []
+
+    def dies(label):  # as MQTOOL_TEST_KILL_AT=2 kills a process, in this one (where the rewrite is planned)
+        points.append(label)
+        if len(points) == 2:
+            raise Killed(label)
+
+    monkeypatch.setattr(executor, "durability_point", dies)
+    with pytest.raises(Killed):
+        CliRunner().invoke(app, ["rebuild-index", str(store), "--yes", "--backup-dir", str(tmp_path / "other")], catch_exceptions=False)
+    monkeypatch.undo()
+    assert read_pending(store) is not None
     after = snapshot(store)
     result = run("restore", recovered, "--yes")
     said = " ".join(result.stderr.split())
@@ -370,14 +386,15 @@ def test_repair_of_a_zeroed_first_segment_changes_nothing_and_lists_the_loss(tmp
 
 def test_a_plan_the_apply_cannot_carry_out_changes_nothing(tmp_path):
     """A saved rebuild-index plan whose counts the apply's own walk does not give (one entry more
-    in a file it creates): the apply stops (exit 5) before deleting the old index files."""
+    in the damaged file it rewrites): the apply stops (exit 5) before replacing it."""
     store = copy_store("4.9.7", "clean-small", tmp_path)
+    damage_index_entry(store)
     before = snapshot(store)
     assert run("rebuild-index", store, "--plan-out", tmp_path / "plan.json").exit_code == EXIT_OK
     doc = json.loads((tmp_path / "plan.json").read_text())
-    assert [a["op"] for a in doc["actions"]][:1] == ["delete"]
-    created = next(f for f in doc["index"]["files"] if f["action"] == "create")
-    created["entries_after"] += 1
+    assert [a["op"] for a in doc["actions"]] == ["write-dispatch"]
+    rewritten = next(f for f in doc["index"]["files"] if f["action"] == "rewrite")
+    rewritten["entries_after"] += 1
     (tmp_path / "plan.json").write_text(json.dumps(doc))
     result = run("apply", tmp_path / "plan.json", "--yes", "--backup-dir", tmp_path / "backup")
     assert result.exit_code == EXIT_INTERNAL and "stopped before changing anything" in result.stderr, result.stderr
@@ -532,9 +549,10 @@ def test_a_plan_the_apply_cannot_carry_out_leaves_the_empty_backup_dir_it_was_gi
     that stops before changing anything removes what it put there, not the directory. Before, the
     whole directory went (``rmtree``), though the interrupt path already kept one that existed."""
     store = copy_store("4.9.7", "clean-small", tmp_path)
+    damage_index_entry(store)
     assert run("rebuild-index", store, "--plan-out", tmp_path / "plan.json").exit_code == EXIT_OK
     doc = json.loads((tmp_path / "plan.json").read_text())
-    next(f for f in doc["index"]["files"] if f["action"] == "create")["entries_after"] += 1
+    next(f for f in doc["index"]["files"] if f["action"] == "rewrite")["entries_after"] += 1
     (tmp_path / "plan.json").write_text(json.dumps(doc))
     given = tmp_path / "backups"
     given.mkdir()
@@ -590,11 +608,12 @@ def test_stores_of_one_name_backed_up_into_one_folder_are_restored_each_alone(tm
     assert snapshot(two) == before_two
 
 
-def test_the_older_of_two_backups_of_one_store_is_refused_naming_the_newer(tmp_path):
+def test_the_older_of_two_backups_of_one_store_is_refused_naming_the_newer(tmp_path, monkeypatch):
     """``recover`` then ``rebuild-index`` (both rewrite an index file): restoring the recover's backup first
     is refused, naming the rebuild-index backup to restore first, and changes nothing; in that order both
     give the store back. ``b``'s backup in the same folder is not named. (Before: refused as "a stage of a
     repair", telling to restore the whole ``.mqtool-backups`` folder.)"""
+    index_rebuild_rewrites_every_file(monkeypatch)  # rebuild-index: a later apply rewriting the recover's index file
     a, b = stores_side_by_side(tmp_path, "a", "b")
     before = snapshot(a)
     for args in (("recover", a), ("recover", b), ("rebuild-index", a)):
@@ -635,6 +654,7 @@ def test_a_backup_made_after_the_wall_clock_stepped_back_is_still_the_later_one(
     before the recover's. Before: ``restore`` of the recover's backup went ahead, putting back an index file
     over the rebuild's, so restoring both left the store changed; and ``restore STORE`` listed the recover's
     as the newest. Now both know the rebuild is later (the monotonic clock within one boot)."""
+    index_rebuild_rewrites_every_file(monkeypatch)  # rebuild-index: a later apply rewriting the recover's index file
     (a,) = stores_side_by_side(tmp_path, "a")
     before = snapshot(a)
     assert run("recover", a, "--yes").exit_code == EXIT_OK
@@ -655,9 +675,10 @@ def test_a_backup_made_after_the_wall_clock_stepped_back_is_still_the_later_one(
     assert snapshot(a) == before
 
 
-def test_a_whole_repair_with_a_later_backup_of_its_store_is_refused_naming_it(tmp_path):
+def test_a_whole_repair_with_a_later_backup_of_its_store_is_refused_naming_it(tmp_path, monkeypatch):
     """``repair`` then ``rebuild-index``: ``restore`` of the repair's directory is refused naming the later
     backup (before: blamed "something other than mqtool"); after it, the repair's restore gives the store back."""
+    index_rebuild_rewrites_every_file(monkeypatch)  # rebuild-index: a later apply rewriting the recover's index file
     (a,) = stores_side_by_side(tmp_path, "a")
     before = snapshot(a)
     assert run("repair", a, "--yes").exit_code == EXIT_OK
@@ -685,13 +706,14 @@ def test_restore_of_the_folder_of_backups_is_refused_and_changes_nothing(tmp_pat
     assert snapshot(tmp_path) == after
 
 
-def test_an_apply_in_the_default_backups_folder_is_no_stage_of_a_repair(tmp_path):
+def test_an_apply_in_the_default_backups_folder_is_no_stage_of_a_repair(tmp_path, monkeypatch):
     """Two stores side by side, each recovered, one then re-indexed: their backups are siblings in
     ``.mqtool-backups``. Before: restoring the first store's recover called it "a stage of a repair" whose
     later stages were the other applies of the folder (the other store's too) and said to run
     ``mqtool restore .../.mqtool-backups --yes``, which undid every backup there, the other store's
     included. Now that folder is no repair: the refusal names the later apply on the same store, and
     undoing in that order gives the store back, the other store untouched."""
+    index_rebuild_rewrites_every_file(monkeypatch)  # rebuild-index: a later apply rewriting the recover's index file
     import shutil
 
     one = copy_store("4.9.7", "crashed-small", tmp_path)
@@ -758,6 +780,7 @@ def test_restore_reads_of_the_other_backups_only_what_tells_whether_they_came_la
     backup's folder and the store's default one are the same): every manifest and every journal (which can be long)
     parsed, and that manifest stopped it with an internal error (exit 5). Now each other manifest is read once and no
     other journal at all (none came later); restore of the oldest still names the later two, newest first."""
+    index_rebuild_rewrites_every_file(monkeypatch)  # rebuild-index: a later apply rewriting the recover's index file
     import pathlib
 
     a, b = stores_side_by_side(tmp_path, "a", "b")

@@ -202,8 +202,11 @@ def planned_queue_files(plan: Plan, actions=("create", "rewrite")) -> list[str]:
     return [f"consumequeue/{q.topic}/{q.queue_id}/{f.name}" for q in plan.queues for f in q.files if actions is None or f.action in actions]
 
 
-def planned_index_files(plan: Plan, actions=("append", "create")) -> list[str]:
-    return [f"index/{f.name}" for f in plan.index.files if actions is None or f.action in actions] if plan.index else []
+def planned_index_files(plan: Plan, actions=("append", "create", "rewrite")) -> list[str]:
+    """The plan's index files (store-relative) whose action is one of ``actions`` (None: any but a rebuild's ``unchanged``
+    file, which no step touches)."""
+    wanted = (lambda action: action != "unchanged") if actions is None else (lambda action: action in actions)
+    return [f"index/{f.name}" for f in plan.index.files if wanted(f.action)] if plan.index else []
 
 
 @dataclass
@@ -473,7 +476,7 @@ class Executor:
                 if written is not None and (written.placed, written.fillers) != (q.added, q.fillers):
                     raise PlanMismatch(f"consume queue {q.topic}/{q.queue_id}: {written.placed} entries and {written.fillers} fillers written, the plan counted {q.added} and {q.fillers}")
         if ix is not None:
-            planned = {f.name: f for f in self.plan.index.files if f.action in ("append", "create")}
+            planned = {f.name: f for f in self.plan.index.files if f.action in ("append", "create", "rewrite")}
             for r in ix.results:
                 f = planned.get(r.name)
                 if f is not None and (r.end.entry_count, r.end.end_phy_offset) != (f.entries_after, f.end_phy_offset):
@@ -505,11 +508,14 @@ class Executor:
                 previous = read_index_header(source)
             elif f.action == "keep":
                 previous = read_index_header(self.root / rel)
-            elif f.action == "create":
+            elif f.action in ("create", "rewrite"):  # a rewritten file is backed up (``note_creates``)
                 self.backup.note_creates([rel])
+        # a rebuild's files take the names of the files it replaces, in order: those that hold its bytes placed, not written
+        names = tuple(f.name for f in ip.files if f.action in ("unchanged", "rewrite"))
         return IndexWriterService(self.staging / STAGED / "index", ip.hash_slot_num, ip.index_num, previous=previous,
                                   taken_names={f.name for f in ip.files if f.action != "create"}, append_to=append, after_name=ip.after_name,
-                                  counts_used_slots=rules.index_counts_used_slots, tmp_path=functools.partial(staging_path, self.root))
+                                  counts_used_slots=rules.index_counts_used_slots, tmp_path=functools.partial(staging_path, self.root),
+                                  names=names, unwritten=frozenset(f.name for f in ip.files if f.action == "unchanged"))
 
 
 def roll_back(backups: list[BackupSet]) -> str:

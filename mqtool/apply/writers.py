@@ -19,7 +19,7 @@ from ..fileops import fsync_dir, fsync_path, pwrite_all
 from ..formats import consumequeue as cqfmt, index as ixfmt
 from ..formats.dispatch import DispatchRequest
 from ..store.consumequeue import UNIT_DTYPE
-from ..dispatch.placement import H_PUT, S_FILL_FROM, S_FILL_TO, IndexPlacement, QueueState, place_units
+from ..dispatch.placement import ENTRY_BUFFER, H_PUT, S_FILL_FROM, S_FILL_TO, IndexPlacement, QueueState, place_units
 from ..store.mappedfile import offset_file_name
 
 ENTRY = cqfmt.ENTRY_SIZE
@@ -195,19 +195,20 @@ def parallel(fn, items, workers: int = 8) -> None:
 
 # ---- index ----------------------------------------------------------------------------------
 
-ENTRY_BUFFER = 1 << 16  # index entries written out with one pwrite
-
 
 class IndexWriterService(IndexPlacement):
     """``IndexService.buildIndex`` over files in ``index_dir``: ``IndexPlacement``'s placement, written
     (``append_to=(name, source)``: a copy of ``source`` continued). The slot table is written back
-    whole when a file is finished; entries are appended with ``pwrite_all``."""
+    whole when a file is finished; entries are appended with ``pwrite_all``. The files named in
+    ``unwritten`` (a rebuild's files that already hold its bytes) are placed without being written."""
 
     dry = False
 
-    def __init__(self, index_dir: Path, hash_slot_num: int, index_num: int, *placement, tmp_path: Callable[[Path], Path] = default_tmp_path, **options):
+    def __init__(self, index_dir: Path, hash_slot_num: int, index_num: int, *placement, tmp_path: Callable[[Path], Path] = default_tmp_path,
+                 unwritten: frozenset[str] = frozenset(), **options):
         """``IndexPlacement``'s arguments (``placement``, ``options``) after ``index_dir``."""
         self.index_dir = Path(index_dir)
+        self.unwritten = unwritten
         self.size = ixfmt.index_file_size(hash_slot_num, index_num)
         self.tmp_path = tmp_path
         self._fd: int | None = None
@@ -218,7 +219,12 @@ class IndexWriterService(IndexPlacement):
         return np.empty(ENTRY_BUFFER * ixfmt.ENTRY_SIZE // 4, dtype=np.uint32)  # written as words
 
     def _open(self, name: str, source: Path | None, seed: ixfmt.IndexHeader | None) -> None:
-        """Start file ``name``: a copy of ``source`` to continue, or a new file with header ``seed``."""
+        """Start file ``name``: a copy of ``source`` to continue, or a new file with header ``seed``; one ``unwritten``
+        only counted (its end values seed the next file's header)."""
+        self.dry = name in self.unwritten
+        if self.dry:
+            self._begin(name, seed if seed is not None else source, np.zeros(1, dtype=np.int32), seed is not None)
+            return
         self.index_dir.mkdir(parents=True, exist_ok=True)
         fd = open_copy(self.tmp_path(self.index_dir / name), source)
         try:
@@ -248,6 +254,8 @@ class IndexWriterService(IndexPlacement):
             self._written_back = at
 
     def _write_current(self) -> None:
+        if self._fd is None:  # an unwritten file
+            return
         try:
             if self.hdr[H_PUT]:  # the broker writes the header fields and slots as each put changes them
                 pwrite_all(self._fd, self._slots.astype(">i4"), ixfmt.HEADER_SIZE)

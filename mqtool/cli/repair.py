@@ -12,7 +12,6 @@ import functools
 import glob
 import importlib
 import inspect
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Callable, Optional
@@ -185,15 +184,12 @@ def _finish_interrupted(root: Path, yes: bool, force: bool) -> Path | None:
 
 def finished_was_asked(finished: Path, plan: Plan) -> str | None:
     """Why the interrupted apply just finished (backup ``finished``) was what re-running a command asked for, None if it was not:
-    the new ``plan``, made on the finished store, has nothing left to do, or the apply was the same command with the same
-    options (rebuild-index rewrites every index file even when they are right: its plan is never empty)."""
+    the new ``plan``, made on the finished store, has nothing left to do (a rebuild leaves alone the files that already hold its
+    bytes, so re-running the same rebuild plans nothing)."""
+    if not plan.is_empty:
+        return None
     done = BackupSet.open(finished).manifest.get("plan") or {}
-    if plan.is_empty:
-        return f"the interrupted {done.get('command')} apply is finished, which leaves nothing to do"
-    same = json.loads(json.dumps({"command": plan.command, "options": plan.options}))  # tuples as the manifest's JSON lists
-    if {"command": done.get("command"), "options": done.get("options")} == same:
-        return f"the interrupted apply was this {plan.command} with the same options: it is finished, nothing more to apply"
-    return None
+    return f"the interrupted {done.get('command')} apply is finished, which leaves nothing to do"
 
 
 def refuse_stopped_repair(root: Path) -> None:

@@ -20,6 +20,9 @@ from ._placement import (  # noqa: F401 - the state layouts and kernels, re-expo
 )
 
 
+ENTRY_BUFFER = 1 << 16  # index entries placed between two hand-overs to ``IndexPlacement._append`` (one pwrite, one comparison)
+
+
 @dataclass
 class QueueState:
     """Where a queue continues: next write position (None: no file yet) and max phys offset."""
@@ -40,18 +43,21 @@ class IndexPlacement:
 
     ``previous``: the last existing file's header, seeding a new file's; ``append_to=(name,
     header)`` continues that file. New files are named from the store time of the record that needs
-    them (the broker uses the wall clock), after ``after_name`` and never one of ``taken_names``."""
+    them (the broker uses the wall clock), after ``after_name`` and never one of ``taken_names``;
+    ``names``: the names the first files take instead, in order (a rebuild's, those of the files it
+    replaces: a file that already holds its bytes is left as it is, ``recovery.rebuild``)."""
 
     dry = True  # ``index_records`` only counts: no slot table (``hash_slot_count`` stays as seeded), no entries
 
     def __init__(self, hash_slot_num: int, index_num: int, previous: ixfmt.IndexHeader | None = None,
                  taken_names: set[str] | None = None, *, append_to: tuple | None = None, after_name: str | None = None,
-                 counts_used_slots: bool = True):
+                 counts_used_slots: bool = True, names: tuple[str, ...] = ()):
         self.results: list[IndexFileResult] = []
         self.hash_slot_num, self.index_num = hash_slot_num, index_num
         self.previous = previous
         self.taken = set(taken_names or ())
         self.after_name = after_name
+        self.names = list(names)
         self.counts_used_slots = counts_used_slots
         self.hdr: np.ndarray | None = None
         self._slots: np.ndarray | None = None  # the current file's slot table (native int32)
@@ -84,9 +90,12 @@ class IndexPlacement:
             self.full_end_timestamp = prev.end_timestamp  # IndexService.flush of the full file
         last = self.current_name or self.after_name
         self._finish_current()
-        name = next_index_name(index_file_name(store_timestamp), last)
-        while name in self.taken:
-            name = next_index_name(name, name)
+        if self.names:
+            name = self.names.pop(0)
+        else:
+            name = next_index_name(index_file_name(store_timestamp), last)
+            while name in self.taken:
+                name = next_index_name(name, name)
         self.taken.add(name)
         phy = prev.end_phy_offset if prev is not None and prev.end_phy_offset > 0 else 0
         ts = prev.end_timestamp if prev is not None and prev.end_timestamp > 0 else 0

@@ -366,18 +366,17 @@ def index_placement(store: Store, rules: VersionRules, kept: list, dropped: list
                           after_name=last.name if last is not None else None, counts_used_slots=rules.index_counts_used_slots)
 
 
-def index_plan_of(store: Store, kept: list, dropped: list, writer: IndexPlacement | None, enabled: bool, indexed_from: int | None,
-                  replaced: bool = False) -> tuple[IndexPlan, list[Action]]:
-    """The index part of a plan: ``dropped`` files deleted (by ``IndexService.load`` after an abnormal exit, or
-    ``replaced`` by a rebuild), ``kept`` ones kept or appended to, and the files ``writer`` created."""
+def index_plan_of(store: Store, kept: list, dropped: list, writer: IndexPlacement | None, enabled: bool,
+                  indexed_from: int | None) -> tuple[IndexPlan, list[Action]]:
+    """The index part of a recovery's plan: ``dropped`` files deleted (by ``IndexService.load`` after an abnormal exit),
+    ``kept`` ones kept or appended to, and the files ``writer`` created (a rebuild's: ``rebuild._rebuilt_index``)."""
     slots, num = geometry(store)
     files, actions = [], []
     results = {}
     if writer is not None:
         writer.close()
         results = {r.name: r for r in writer.results if r.entries_added or r.created}
-    why, note = ("replaced by the rebuild",) * 2 if replaced else (
-        "newer than the checkpoint's indexMsgTimestamp after an abnormal exit (IndexService.load)", "index file newer than indexMsgTimestamp")
+    why, note = "newer than the checkpoint's indexMsgTimestamp after an abnormal exit (IndexService.load)", "index file newer than indexMsgTimestamp"
     for f in dropped:
         h = f.header
         files.append(IndexFilePlan(f.name, "delete", why, h.entry_count, 0, h.begin_timestamp, h.end_timestamp, h.end_phy_offset))
@@ -408,7 +407,7 @@ def with_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> Plan
         changed.update(sim.directory / f.name for f in q.files)
     read += [f.path for f in store.index_files]
     if plan.index is not None:
-        changed.update(root / "index" / f.name for f in plan.index.files if f.action != "keep")
+        changed.update(root / "index" / f.name for f in plan.index.files if f.action not in ("keep", "unchanged"))
     if plan.checkpoint is not None and plan.checkpoint.changed:
         changed.add(root / "checkpoint")
     read += [root / "checkpoint", root / markers.ABORT_FILE]

@@ -170,7 +170,7 @@ class QueuePlan:
 @dataclass(frozen=True)
 class IndexFilePlan:
     name: str
-    action: str  # "keep" | "delete" | "append" | "create"
+    action: str  # "keep" | "delete" | "append" | "create"; a rebuild's: "unchanged" (it holds the rebuild's bytes) | "rewrite"
     reason: str
     entries_before: int
     entries_after: int

@@ -23,7 +23,8 @@ from ..errors import Refused
 from ..formats import consumequeue as cqfmt
 from ..scratch import scratch_file, short_write, working_file_error
 from ..store.consumequeue import UNIT_DTYPE, ConsumeQueue, read_units, units_are
-from ..store.mappedfile import offset_file_name, open_read_only
+from ..store.mappedfile import offset_file_name
+from ..store.originals import OriginalFiles
 from ..store.rules import VersionRules
 from ..dispatch.placement import S_FILL_FROM, S_FILL_TO, S_MAX_PHYS, S_WRITE, QueueState, place_units
 from .plans import MisplacedEntry, QueueFile
@@ -61,7 +62,7 @@ class QueueSim:
     _kept: int = 0  # placed units held in _chunks
     _spilled: list[tuple[int, int, int]] = field(default_factory=list)  # runs moved to SPILL, in placing order: (first pos, where, units)
     differs: bool = False  # a unit placed with its tags code (``place(..., tags)``) is not the original file's unit there
-    _compared: tuple | None = field(default=None, repr=False, compare=False)  # (base, open file): the original file ``_compare`` reads
+    _originals: OriginalFiles = field(default_factory=OriginalFiles, repr=False, compare=False)  # the original files ``_compare`` reads
     keep_placed: bool = False  # prune to SPILL every file's placed units, not only the first and last's (``units_in`` reads them all)
     misplaced: list[MisplacedEntry] = field(default_factory=list)  # units placed away from their QUEUEOFFSET (``QueuePlan.misplaced``)
 
@@ -179,19 +180,10 @@ class QueueSim:
                 break
             j = (at - start) // ENTRY
             k = max((min(end, base + self.file_size) - start) // ENTRY, j + 1)  # (a unit never crosses a file: sizes are whole units)
-            self.differs = not units_are(self._original_file(base), at - base, phys[j:k], size[j:k], tags[j:k])
+            self.differs = not units_are(self._originals.file(self.original[base]), at - base, phys[j:k], size[j:k], tags[j:k])
             at = start + k * ENTRY
-        if self.differs and self._compared is not None:
-            self._compared[1].close()  # nothing more to compare
-
-    def _original_file(self, base: int):
-        """Original file ``base``, open for ``_compare``: units are placed file after file, so one
-        stays open, the one compared before closed."""
-        if self._compared is None or self._compared[0] != base:
-            if self._compared is not None:
-                self._compared[1].close()
-            self._compared = (base, os.fdopen(open_read_only(self.original[base]), "rb", buffering=0))
-        return self._compared[1]
+        if self.differs:
+            self._originals.close()  # nothing more to compare
 
     def equals_original(self) -> bool:
         """The files a rebuild writes hold the original files' bytes: the same files, each of the

@@ -6,20 +6,26 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from pathlib import Path
 from typing import Iterator
 
+import numpy as np
+
 from ..errors import BadInput
+from ..formats import index as ixfmt
 from ..formats.config import topic_names
 from ..formats.dispatch import LMQ_PREFIX
 from ..store import Store
 from ..store.commitlog import CommitLog, ScanEnd
+from ..dispatch.placement import ENTRY_BUFFER, H_INDEX_COUNT, H_PUT, IndexPlacement
 from ..dispatch.scanner import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache, DispatchScanner, TopicTable
-from .planparts import (DEFAULT_GEOMETRY, config_options, index_placement, index_plan_of, multi_dispatch, planned_entries,
-                        put_index, queue_actions, queue_plan, store_version, with_inputs, write_action)
-from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueuePlan
+from .planparts import (DEFAULT_GEOMETRY, config_options, geometry, multi_dispatch, planned_entries, put_index, queue_actions, queue_plan,
+                        rel, store_version, with_inputs, write_action)
+from .plans import Action, CheckpointPlan, DispatchPhase, IndexFilePlan, IndexPlan, Plan, PlanOptions, QueuePlan
 from .queues import QueueSim
 from ..store.mappedfile import INDEX_SERVICE, LEFT_OUT
 from ..store.nextstart import first_stray_refusal
+from ..store.originals import OriginalFiles
 from ..store.rules import VersionRules
 from ..store.store import stray_effects, stray_text
 from ..store.startfile import recovery_start
@@ -157,8 +163,7 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
     clmin = store.commitlog.min_offset
     queue_plans = [_rebuilt_queue(sim, existing.get(key), clmin, rules) for key, sim in sorted(sims.items())]
     deletes, writes = queue_actions(store, queue_plans, sims)
-    if queue_plans and not deletes and not writes:
-        notes.append("nothing to rebuild: every consume queue already equals the rebuild")
+    notes += unchanged_note("consume queue", sum(not q.files for q in queue_plans), len(queue_plans), not deletes and not writes)
     phase = DispatchPhase("rebuild", clmin, end, scanner.discipline, TAGS_DELIVERY_TIME, True, False, scanner.records, queued)
     opts = {"topic": options.topic, "queue_id": options.queue_id, "respect_topic_config": options.respect_topic_config}
     return with_inputs(store, Plan.new("rebuild-cq", store.path(), str(version), source, deletes + write_action(writes, False),
@@ -197,8 +202,9 @@ def _not_rebuilt(store: Store, old: list) -> tuple[list[Action], list]:
 
 def _left_out(store: Store, left: list, names: list[str]) -> list[str]:
     """The note of the first entry of index/ the rebuild leaves (``_not_rebuilt``) that the broker of some era of the store's
-    (3.2.6-5.0.0, ``mappedfile.load_effect``) stops ``IndexService.load`` at, so that it starts without the rebuilt files
-    sorting after it (``names``), or none: ``DefaultMessageStore.load`` ignores the load's false (@4.0.0, 4.9.7, 5.0.0)."""
+    (3.2.6-5.0.0, ``mappedfile.load_effect``) stops ``IndexService.load`` at, so that it starts without the rebuild's files
+    sorting after it (``names``: written or left as they are), or none: ``DefaultMessageStore.load`` ignores the load's false
+    (@4.0.0, 4.9.7, 5.0.0)."""
     for entry, size, _ in left:
         later = sum(name > entry.path.name for name in names)
         if (eras := stray_effects(store.version_guess.eras, entry, size, later, INDEX_SERVICE).get(LEFT_OUT)):
@@ -207,10 +213,87 @@ def _left_out(store: Store, left: list, names: list[str]) -> list[str]:
     return []
 
 
+class ComparedIndex(IndexPlacement):
+    """``IndexPlacement`` placing every slot and entry as ``apply.writers.IndexWriterService`` writes them, writing nothing but
+    comparing each file's bytes with the file of its name on disk (``originals``: the files the rebuild replaces, whose names
+    it takes in order): entries as they are placed, then the header, the slot table and the zeros around the entries, each
+    byte read once (``OriginalFiles``); ``same`` names the files that already hold every byte the rebuild would write."""
+
+    dry = False
+
+    def __init__(self, originals: dict[str, Path], hash_slot_num: int, index_num: int, **options):
+        self.originals, self.same, self._files, self._path = originals, set(), OriginalFiles(), None
+        self.size = ixfmt.index_file_size(hash_slot_num, index_num)
+        super().__init__(hash_slot_num, index_num, names=tuple(originals), **options)
+
+    def _entry_buffer(self) -> np.ndarray:
+        return np.empty(ENTRY_BUFFER * ixfmt.ENTRY_SIZE // 4, dtype=np.uint32)
+
+    def _open(self, name: str, source, seed: ixfmt.IndexHeader | None) -> None:
+        """A new file, compared with the original of its name when that is a file of the configured size (the writer's)."""
+        path = self.originals.get(name)
+        self._path = path if path is not None and path.is_file() and path.stat().st_size == self.size else None
+        self._begin(name, seed if seed is not None else source, np.zeros(self.hash_slot_num, dtype=np.int32), seed is not None)
+
+    def _append(self, first: int, added: int) -> None:
+        at = ixfmt.entry_position(self.hash_slot_num, first)
+        if self._path is not None and not self._files.holds(self._path, at, self._ent[: added * ixfmt.ENTRY_SIZE]):
+            self._path = None  # it differs: nothing more to compare
+
+    def _write_current(self) -> None:
+        """The header, slots and zeros ``IndexWriterService._write_current`` leaves (without a put, the seed's header)."""
+        path, self._path, files = self._path, None, self._files
+        if path is None:
+            return
+        header = self._header() if self.hdr[H_PUT] else ixfmt.IndexHeader(*self._start[:4], 0, 0)
+        first, end = (ixfmt.entry_position(self.hash_slot_num, n) for n in (1, int(self.hdr[H_INDEX_COUNT])))
+        if (files.holds(path, 0, np.frombuffer(ixfmt.HEADER.pack(*header), dtype=np.uint8)) and files.zeros(path, first - ixfmt.ENTRY_SIZE, first)
+                and files.holds(path, ixfmt.HEADER_SIZE, self._slots.astype(">i4").view(np.uint8)) and files.zeros(path, end, self.size)):
+            self.same.add(self.current_name)
+
+    def close(self) -> list:
+        super().close()
+        self._files.close()
+        return []
+
+
+REPLACED = "replaced by the rebuild"
+
+
+def _rebuilt_index(store: Store, old: list, writer: ComparedIndex, indexed_from: int) -> tuple[IndexPlan, list[Action]]:
+    """The index part of a rebuild's plan: the rebuilt files, each under the name of the file it replaces (``ComparedIndex``),
+    left as it is where that already holds its bytes, else rewritten (backed up), then created after the last; the files
+    past the rebuild's last deleted."""
+    slots, num = geometry(store)
+    writer.close()
+    files, actions = [], []
+    for k, r in enumerate(writer.results):
+        action, why = ("unchanged", "already holds the rebuild's bytes") if r.name in writer.same else ("rewrite", REPLACED)
+        if k >= len(old):
+            action, why = "create", "dispatched records"
+        before = old[k].header.entry_count if k < len(old) else 0
+        files.append(IndexFilePlan(r.name, action, why, before, r.end.entry_count, r.end.begin_timestamp, r.end.end_timestamp, r.end.end_phy_offset))
+    for f in old[len(writer.results):]:
+        h = f.header
+        files.append(IndexFilePlan(f.name, "delete", REPLACED, h.entry_count, 0, h.begin_timestamp, h.end_timestamp, h.end_phy_offset))
+        actions.append(Action("delete", rel(store, f.path), note=REPLACED))
+    keys = sum(f.entries_after for f in files if f.action in ("rewrite", "create"))
+    return IndexPlan(True, slots, num, tuple(files), indexed_from, keys, writer.full_end_timestamp or None, None), actions
+
+
+def unchanged_note(what: str, unchanged: int, total: int, empty: bool) -> list[str]:
+    """What a rebuild leaves alone because it already holds the rebuild's bytes (of ``total`` consume queues or index files):
+    the plan's "nothing to rebuild" line when it has nothing else to do (``empty``), the count otherwise."""
+    if total and unchanged == total and empty:
+        return [f"nothing to rebuild: every {what} already equals the rebuild"]
+    return [f"{unchanged} of {total} {what}s already equal the rebuild: left as they are"] if unchanged else []
+
+
 def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None,
                                    scans: SharedScans | None = None) -> Plan:
-    """Regenerate every index file as ``IndexService.buildIndex`` builds them over ``RebuildScan``; the
-    checkpoint's indexMsgTimestamp becomes the end time of the last file that filled (0: none)."""
+    """Regenerate every index file as ``IndexService.buildIndex`` builds them over ``RebuildScan``, leaving alone the files that
+    already hold the rebuilt bytes (``ComparedIndex``); the checkpoint's indexMsgTimestamp becomes the end time of the last file
+    that filled (0: none)."""
     store.path()
     version, source = store_version(store)
     rules = VersionRules(version)
@@ -223,20 +306,23 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
     moved, left = _not_rebuilt(store, old)
     if (refused := first_stray_refusal(store, left, INDEX_SERVICE)) is not None:
         notes.append(f"the broker's next start still refuses after this rebuild, which leaves this entry of index/ as it is: {refused}")
-    writer = index_placement(store, rules, [], old)
+    originals = {f.name: f.path for f in old}
+    writer = ComparedIndex(originals, *geometry(store), taken_names=set(originals), counts_used_slots=rules.index_counts_used_slots)
     for batch in scanner:
         put_index(writer, batch)
     end, notes = scanner.end.offset, scanner.notes + notes
-    index_plan, actions = index_plan_of(store, [], old, writer, True, cl.min_offset, replaced=True)
-    notes += _left_out(store, left, [f.name for f in index_plan.files if f.action == "create"])
+    index_plan, actions = _rebuilt_index(store, old, writer, cl.min_offset)
+    notes += _left_out(store, left, [f.name for f in index_plan.files if f.action != "delete"])
     actions += moved
-    actions += write_action(False, any(f.action == "create" for f in index_plan.files))
+    actions += write_action(False, any(f.action in ("rewrite", "create") for f in index_plan.files))
     cp = store.checkpoint
     cp_plan = None
     full = index_plan.index_msg_timestamp_after or 0
     if cp is not None and cp.index_msg_timestamp != full:
         cp_plan = CheckpointPlan(True, cp._asdict(), cp._replace(index_msg_timestamp=full)._asdict())
         actions.append(Action("write-checkpoint", "checkpoint", note="indexMsgTimestamp = end time of the last full index file"))
+    unchanged = sum(f.action == "unchanged" for f in index_plan.files)
+    notes += unchanged_note("index file", unchanged, len(index_plan.files), not actions)
     phase = DispatchPhase("rebuild", cl.min_offset, end, scanner.discipline, TAGS_DELIVERY_TIME, False, True, scanner.records, 0)
     return with_inputs(store, Plan.new("rebuild-index", store.path(), str(version), source, actions, options=config_options(store), dispatch=(phase,),
                                        index=index_plan, checkpoint=cp_plan, notes=tuple(notes)), {}, with_crc=with_crc)
