@@ -217,7 +217,9 @@ class ComparedIndex(IndexPlacement):
     """``IndexPlacement`` placing every slot and entry as ``apply.writers.IndexWriterService`` writes them, writing nothing but
     comparing each file's bytes with the file of its name on disk (``originals``: the files the rebuild replaces, whose names
     it takes in order): entries as they are placed, then the header, the slot table and the zeros around the entries, each
-    byte read once (``OriginalFiles``); ``same`` names the files that already hold every byte the rebuild would write."""
+    byte read once (``OriginalFiles``); ``same`` names the files that already hold every byte the rebuild would write. A file
+    with nothing to compare with, or from where it differs, is only counted (``dry``: its header but for the used slots, which
+    no plan reads), as ``IndexPlacement`` does."""
 
     dry = False
 
@@ -233,12 +235,14 @@ class ComparedIndex(IndexPlacement):
         """A new file, compared with the original of its name when that is a file of the configured size (the writer's)."""
         path = self.originals.get(name)
         self._path = path if path is not None and path.is_file() and path.stat().st_size == self.size else None
-        self._begin(name, seed if seed is not None else source, np.zeros(self.hash_slot_num, dtype=np.int32), seed is not None)
+        self.dry = self._path is None
+        slots = np.zeros(1 if self.dry else self.hash_slot_num, dtype=np.int32)
+        self._begin(name, seed if seed is not None else source, slots, seed is not None)
 
     def _append(self, first: int, added: int) -> None:
         at = ixfmt.entry_position(self.hash_slot_num, first)
-        if self._path is not None and not self._files.holds(self._path, at, self._ent[: added * ixfmt.ENTRY_SIZE]):
-            self._path = None  # it differs: nothing more to compare
+        if not self._files.holds(self._path, at, self._ent[: added * ixfmt.ENTRY_SIZE]):
+            self._path, self.dry = None, True  # it differs: nothing more to compare
 
     def _write_current(self) -> None:
         """The header, slots and zeros ``IndexWriterService._write_current`` leaves (without a put, the seed's header)."""
