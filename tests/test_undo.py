@@ -836,3 +836,16 @@ def test_a_restore_parses_each_line_of_its_journal_once(tmp_path, monkeypatch):
     assert b'"restored"' in lines[-1]  # written as it ends, read by no one
     assert len(lines) > 3 and {line: parsed[line] for line in lines[:-1]} == {line: 1 for line in lines[:-1]}, parsed
     assert snapshot(store) == original
+
+
+def test_verify_of_a_store_with_an_interrupted_apply_works_out_its_way_on_once(tmp_path, monkeypatch):
+    """``verify`` says what an interrupted apply left on stderr first and again below its summary. Before, the lines were
+    worked out twice (``warn_store_state``'s, then its own ``unfinished_lines``: the backup read twice); now once, one text."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "store")
+    assert run("recover", store, "--yes", "--backup-dir", tmp_path / "backup").exit_code == EXIT_OK
+    backup_module.write_pending(store, tmp_path / "backup")  # as a kill during that apply leaves it
+    ways, calls = backup_module.interrupted_apply_ways, []
+    monkeypatch.setattr(backup_module, "interrupted_apply_ways", lambda *args: calls.append(args) or ways(*args))
+    result = run("verify", store)
+    said = f"an apply on this store was interrupted (backup {tmp_path / 'backup'})"
+    assert len(calls) == 1 and said in " ".join(result.stderr.split()) and said in " ".join(result.stdout.split()), (calls, result.stdout, result.stderr)

@@ -203,6 +203,6 @@ def info(
       mqtool info /data/rocketmq/store
     """
     with open_store(store_path, broker_config, broker_version) as store:
-        state = warn_store_state(store.root)  # said before the store is read
+        state = warn_store_state(store.root)[0]  # said before the store is read
         doc = info_document(store, state)
         emit_document(doc, format, render_info)

@@ -72,13 +72,14 @@ def unfinished_lines(root: Path, state: dict) -> list[str]:
     return lines
 
 
-def warn_store_state(root: Path | None) -> dict:
+def warn_store_state(root: Path | None) -> tuple[dict, list[str]]:
     """Note what a reader of the store at ``root`` is told first (``store_state``) on stderr; returns the
-    state (empty for a bare commitlog folder)."""
+    state (empty for a bare commitlog folder) and its ``unfinished_lines``."""
     if root is None:
-        return {"lock_holder": None, "interrupted_apply": None, "interrupted_repair": None, "leftover_files": []}
+        return {"lock_holder": None, "interrupted_apply": None, "interrupted_repair": None, "leftover_files": []}, []
     state = store_state(root)
-    for line in unfinished_lines(root, state):
+    unfinished = unfinished_lines(root, state)
+    for line in unfinished:
         note(line)
     if state["lock_holder"] is not None:
         note(f"pid {state['lock_holder']} holds the store's lock (a running broker?): it may be writing while mqtool reads: "
@@ -87,4 +88,4 @@ def warn_store_state(root: Path | None) -> dict:
         shown = ", ".join(state["leftover_files"][:3]) + (f" and {len(state['leftover_files']) - 3} more" if len(state["leftover_files"]) > 3 else "")
         note(f"temporary files an interrupted mqtool left in the store: {shown}; not part of the store (the broker "
              "ignores them): delete them, or `mqtool restore BACKUP --yes` removes them")
-    return state
+    return state, unfinished

@@ -18,7 +18,7 @@ from ..verify import CHECKS, FINDING_FIELDS, Summary, VerifyOptions
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, ProgressOpt, guarded, note, open_store, shell_path, silence_stdout
 from .output import OutputFormat, Screen, emit_rows
 from .progress import StageProgress
-from .store_state import unfinished_lines, warn_store_state
+from .store_state import warn_store_state
 
 Check = enum.Enum("Check", {c: c for c in CHECKS}, type=str)
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
@@ -139,7 +139,7 @@ def verify(
     checks = tuple(c.value for c in only) if only else CHECKS
     options = VerifyOptions(checks=checks, from_offset=from_offset, to_offset=to_offset, jobs=jobs, keep_going=keep_going)
     with open_store(store, broker_config, broker_version) as opened:
-        unfinished = unfinished_lines(opened.root, warn_store_state(opened.root)) if opened.root is not None else []
+        unfinished = warn_store_state(opened.root)[1]
         from ..verify.verification import Verification
 
         bars = StageProgress(progress)
