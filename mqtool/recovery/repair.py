@@ -29,7 +29,7 @@ from ..store import Store
 from ..store.store import A_SOCKET_CONFIG, NOT_A_FILE, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, abort_unwritable, empty_not_last
 from ..store.store import A_FIFO, MISSING, load_config, stray_differs, stray_effects
 from ..store.lookup import QueueRange
-from ..store.consumequeue import discover_queues, infer_queue_file_size, queue_id_of, unit_file_name
+from ..store.consumequeue import discover_queues, infer_queue_file_size, queue_id_of
 from ..store.index import index_strays
 from ..store.mappedfile import CREATED, INDEX_SERVICE, OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
 from ..store.commitlog import ScanEnd
@@ -979,7 +979,7 @@ def _partly_redispatched(f: Finding, cq_from: int | None, store: Store | None) -
 
 def queue_file(store: Store, topic: str, queue_id: int, queue_offset: int) -> str:
     """The consume queue file (relative to the store) holding ``queue_offset`` of ``topic``/``queue_id``, as verify names it."""
-    return os.path.join("consumequeue", topic, str(queue_id), unit_file_name(queue_offset, store.consume_queue_file_size))
+    return str(store.consume_queue(topic, queue_id).unit_file(queue_offset).relative_to(store.root))
 
 
 def misplaced_findings(store: Store, q: QueuePlan, plain_from: int | None = None) -> list[Finding]:

@@ -148,6 +148,12 @@ class ConsumeQueue(FileQueue):
                 break
         return runs
 
+    def unit_file(self, queue_offset: int) -> Path:
+        """The file of the queue holding the unit of ``queue_offset``, there or not: named by its first unit's byte offset
+        (``MappedFileQueue.findMappedFileByOffset``)."""
+        logical = queue_offset * ENTRY_SIZE
+        return self.directory / offset_file_name(logical - logical % self.file_size)
+
     def read_entry(self, queue_offset: int) -> fmt.ConsumeQueueEntry | None:
         """The unit at ``queue_offset`` (one ``pread``), None past its file's mapped bytes."""
         logical = queue_offset * ENTRY_SIZE
@@ -291,13 +297,6 @@ def _subdirs(directory: Path) -> list[Path]:
         return []
     except PermissionError:
         raise BadInput(f"{directory}: permission denied") from None
-
-
-def unit_file_name(queue_offset: int, file_size: int) -> str:
-    """The name of the consume queue file of ``file_size`` bytes holding the unit of ``queue_offset``: its first unit's
-    byte offset (``MappedFileQueue.findMappedFileByOffset``)."""
-    logical = queue_offset * fmt.ENTRY_SIZE
-    return offset_file_name(logical - logical % file_size)
 
 
 def queue_id_of(name: str) -> int | None:

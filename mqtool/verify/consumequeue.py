@@ -27,7 +27,7 @@ from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey
 from ..errors import MqtoolError
 from ..store import ConsumeQueue, Store
-from ..store.consumequeue import READ_BELOW, has_queue_directory, unit_file_name
+from ..store.consumequeue import READ_BELOW, has_queue_directory
 from ..store import fastscan as fs
 from ..store.mappedfile import MappedFile, stray_after
 from ..store.nextstart import refused_by
@@ -444,7 +444,7 @@ class ConsumeQueueCheck(FindingSink):
     def _file_of(self, cursor: QueueCursor, queue_offset: int) -> str | None:
         if cursor.queue is None:
             return None
-        return relative(self.store, cursor.queue.directory / unit_file_name(queue_offset, cursor.queue.file_size))
+        return relative(self.store, cursor.queue.unit_file(queue_offset))
 
     # ---- the merge ----
 
