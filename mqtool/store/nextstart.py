@@ -5,8 +5,8 @@
 (``startfile.recovery_start``, rules-by-version 2.1, 2.6), keeps the log up to the first record
 that fails ``checkMessageAndReturnSize`` (reference §8.3) and drops every record after it
 (``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``), unless ``MappedFileQueue.load``
-refuses a commit log or consume queue file (``log_refusal``, ``queue_refusal``), an entry of index/
-(``index_refusal``), of DLedger's folders (``dledger_refusal``) or a file or entry of timerlog/ (``timer_refusal``), or
+refuses a commit log or consume queue file (``log_refusal``, ``queue_refusal``), an entry of index/ or
+of DLedger's folders (``later_refusal``) or a file or entry of timerlog/ (``timer_refusal``), or
 ``StoreCheckpoint`` cannot open a checkpoint that is a directory (``checkpoint_refusal``) or ``TimerWheel`` a wheel of the wrong
 length (``wheel_refusal``); its load may delete a dangling symlink or create its target (``link_clauses``); a record whose dispatch
 throws stops that start (``stall``: ``verify.lmq.with_stall``, for every command that says it). ``NextStart.of_plan`` reads the same
@@ -112,30 +112,39 @@ class NextStart:
 
 
 def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | None = None) -> NextStart:
-    """The broker's next start on ``store`` (module docstring; a DLedger store's: ``dledger_next_start``).
-    ``walked``: where a walk with the broker's checks (CRC included) from ``walked_from`` ended (``verify``'s
-    or ``salvage``'s own): when it passed the start segment (segment starts are record starts on the chain),
-    the broker's scan ends there too; else the log is walked from the start segment (``summary.logical_end``)."""
+    """The broker's next start on ``store`` (module docstring). ``walked``: where a walk with the broker's checks (CRC included)
+    from ``walked_from`` ended (``verify``'s or ``salvage``'s own): when it passed the start segment (segment starts are record
+    starts on the chain), the broker's scan ends there too; else the log is walked from the start segment (``summary.logical_end``).
+    A DLedger store's (reference §15.4, ``dledgerstart``): the data are kept up to where ``DLedgerMmapFileStore.recover``'s entry
+    walk stops, and the commit log recovery scans from where ``DLedgerCommitLog`` starts it; the figures ``recover``'s plan takes
+    from the same functions (``recovery.dledger.DLedgerLog``)."""
+    cl, dl = store.commitlog, None
+    why, wheel = log_refusals(store)  # a mixed store's commitlog/: DLedgerCommitLog.load (super.load()) runs before DLedger's load
     if store.recovers_dledger_data:
-        return dledger_next_start(store)
-    start = start_of(store)  # a DLedger broker with no data file recovers the classic commit log
-    why, wheel = log_refusals(store)
+        from .dledgerstart import data_recovery, dledger_start
+
+        dl = data_recovery(cl)
     if why is not None:
-        return NextStart("refused", store.commitlog.min_offset, "", store.commitlog.min_offset, None, "", None, why)
-    from .summary import logical_end
-
-    if walked is not None and walked_from is not None and walked_from <= start.offset <= walked.offset and walked.reason != StopReason.BLANK_LAST:
-        end = walked
-    else:
-        _, end = logical_end(store, start.offset)
+        return NextStart("refused", cl.min_offset, "", cl.min_offset, None, "", None, why, walk_end=None if dl is None else dl.end)
     blank = None
-    if store.is_dledger:  # no DLedger data file: the first load's blank after this recovery (a DLedger module)
-        from .dledgerstart import first_load_blank
+    if dl is not None:
+        version = store.version if store.version is not None else list(candidate_groups(store))[0]  # the newest era left, the planners' one
+        start, end, rules = dledger_start(store, dl, version), dl.end, VersionRules(version)
+    else:
+        from .summary import logical_end
 
-        blank = first_load_blank(store, store.rules, end.offset)  # rules: of the newest era left
+        start, rules = start_of(store), store.rules  # a DLedger broker with no data file recovers the classic commit log
+        if walked is not None and walked_from is not None and walked_from <= start.offset <= walked.offset and walked.reason != StopReason.BLANK_LAST:
+            end = walked
+        else:
+            _, end = logical_end(store, start.offset)
+        if store.is_dledger:  # no DLedger data file: the first load's blank after this recovery (a DLedger module)
+            from .dledgerstart import first_load_blank
+
+            blank = first_load_blank(store, rules, end.offset)  # rules: of the newest era left
     failure = blank.failure if blank is not None else None
-    return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, end.offset, end.reason,
-                     dropped_after(store, end.offset, store.rules), wheel or failure or later_refusal(store),
+    return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, cl.min_offset, end.offset, end.reason,
+                     dropped_after(store, end.offset, rules), wheel or failure or later_refusal(store),
                      blank.offset if blank is not None and blank.writes else None, links=link_clauses(store))
 
 
@@ -203,24 +212,6 @@ def _walk_end(store: Store, start: int, stop: int) -> ScanEnd:
         store.walked_ends[start] = (stop, end)
         return end
     return ScanEnd(stop, StopReason.LIMIT)
-
-
-def dledger_next_start(store: Store) -> NextStart:
-    """A DLedger store's next start (reference §15.4, ``dledgerstart``): the data are kept up to
-    where ``DLedgerMmapFileStore.recover``'s entry walk stops, and the commit log recovery scans
-    from where ``DLedgerCommitLog`` starts it; the figures ``recover``'s plan takes from the same
-    functions (``recovery.dledger.DLedgerLog``)."""
-    from .dledgerstart import data_recovery, dledger_start
-
-    version = store.version if store.version is not None else list(candidate_groups(store))[0]  # the newest era left, the one the planners keep
-    why, wheel = log_refusals(store)  # a mixed store's commitlog/: DLedgerCommitLog.load (super.load()) runs before DLedger's load
-    dl = data_recovery(store.commitlog)
-    if why is not None:
-        return NextStart("refused", store.commitlog.min_offset, "", store.commitlog.min_offset, None, "", None, why, walk_end=dl.end)
-    start = dledger_start(store, dl, version)
-    return NextStart("abnormal" if store.abort_present else "normal", start.offset, start.rule, store.commitlog.min_offset, dl.end.offset, dl.end.reason,
-                     dropped_after(store, dl.end.offset, VersionRules(version)), wheel or later_refusal(store),
-                     links=link_clauses(store))
 
 
 RECOVER_FIXES = ", which `mqtool recover` fixes"  # a consume queue file's way out (``queue_refusal``)
@@ -502,14 +493,16 @@ def unmounted_file(store: Store) -> str | None:
 
 
 def later_refusal(store: Store, queue_fix: str = RECOVER_FIXES, committed: bool = True) -> str | None:
-    """Why the broker refuses to start on a store whose commit log it loads: ``dledger_refusal`` (DLedger's data, loaded
-    by ``DLedgerCommitLog.load`` after a mixed store's commitlog/), ``queue_refusal``, ``checkpoint_refusal``, in the recovery
+    """Why the broker refuses to start on a store whose commit log it loads: an entry of DLedger's ``data/`` or ``index/`` folder
+    that is no file of it (``Store.dledger_strays``: ``MmapFileList.load`` calls ``System.exit``, whatever the release; DLedger's
+    data, loaded by ``DLedgerCommitLog.load`` after a mixed store's commitlog/), ``queue_refusal``, ``checkpoint_refusal``, in the recovery
     ``committed_refusal`` (unless ``committed`` is False: ``recover``'s plan, which lifts it), then, after the
-    recovery (``refusal_after_recovery``), ``index_refusal``, ``timer_refusal`` (then ``TimerMetrics``'s ``config_refusal``) and
+    recovery (``refusal_after_recovery``), index/'s, ``timer_refusal`` (then ``TimerMetrics``'s ``config_refusal``) and
     4.9.2+'s ``delayOffset.json``, then ``abort_refusal``, in the order it meets them; the line says what the start does once
     that is fixed; ``queue_fix``: what fixes a consume queue file (``queue_refusal``)."""
-    return (dledger_refusal(store) or queue_refusal(store, queue_fix) or checkpoint_refusal(store) or (committed_refusal(store) if committed else None)
-            or (found[1] if (found := refusal_after_recovery(store)) else None) or abort_refusal(store))
+    return (first_stray_refusal(store, store.dledger_strays, MMAP_FILE_LIST) or queue_refusal(store, queue_fix) or checkpoint_refusal(store)
+            or (committed_refusal(store) if committed else None) or (found[1] if (found := refusal_after_recovery(store)) else None)
+            or abort_refusal(store))
 
 
 def committed_refusal(store: Store) -> str | None:
@@ -533,15 +526,16 @@ def committed_refusal(store: Store) -> str | None:
 
 def refusal_after_recovery(store: Store) -> tuple[str, str, str] | None:
     """(why it comes after the recovery, the refusal, what lifts it) of a refusal the broker meets only after
-    ``DefaultMessageStore.load``'s recovery, or None: 5.1.0+ ``index_refusal`` (``DefaultMessageStore.load`` calls
-    ``recover`` whatever ``IndexService.load`` returned, @5.1.0, 5.3.3; up to 5.0.0 it ignores that result), 5.x
+    ``DefaultMessageStore.load``'s recovery, or None: 5.1.0+ an entry of ``index/`` ``IndexService.load`` cannot map
+    (``mappedfile.load_effect``; ``DefaultMessageStore.load`` calls ``recover`` whatever ``IndexService.load`` returned,
+    @5.1.0, 5.3.3; up to 5.0.0 it ignores that result), 5.x
     ``timer_refusal`` then ``TimerMetrics``'s ``config_refusal`` (``TimerMessageStore.load`` runs after ``messageStore.load``:
     ``BrokerController.initialize`` @5.0.0, ``recoverAndInitService`` @5.3.3), 4.9.2+ ``ScheduleMessageService.load``'s
     ``delayOffset.json`` (``DefaultMessageStore.load`` @4.9.2, 4.9.7). That start writes what its recovery writes, then fails:
     ``recover``'s writes are the broker's own, and the refusal stays (``abort_refusal``'s abort file ``recover`` refuses)."""
     from .timer import timer_eras
 
-    if (why := index_refusal(store)) is not None:
+    if (why := first_stray_refusal(store, store.index_strays, INDEX_SERVICE)) is not None:
         return "DefaultMessageStore.load fails on index/ only after it", why, "that entry of index/ is fixed"
     if (why := timer_refusal(store)) is not None:
         return "it loads timerlog/ after it", why, "that entry of timerlog/ is fixed"
@@ -579,12 +573,6 @@ def checkpoint_refusal(store: Store, way_out: str = "; `mqtool repair` moves it 
     return f"checkpoint: {found[0]}, which StoreCheckpoint cannot {found[1]} ({found[2]}), so DefaultMessageStore.load fails{way_out}"
 
 
-def index_refusal(store: Store) -> str | None:
-    """Why the broker refuses to start on an entry of ``index/`` ``IndexService.load`` cannot map (5.1.0+:
-    ``mappedfile.load_effect``), or None."""
-    return first_stray_refusal(store, store.index_strays, INDEX_SERVICE)
-
-
 def timer_refusal(store: Store) -> str | None:
     """Why the broker refuses to start on ``timerlog/`` (``Store.timer_log_listing``): a file of another length than the
     timer log's (``wrong_length_refusal``), an entry that is no timer log file, or None: ``TimerLog.load`` is a
@@ -610,12 +598,6 @@ def wrong_length_refusal(store: Store, wrong_lengths, file_size: int | None, fil
             after = empty_not_last(stray_after(path, files, strays), eras or store.version_guess.eras) if size == 0 else ""
             return f"{path.relative_to(store.root)}: {size} bytes, not {file_size}{after}{who}"
     return None
-
-
-def dledger_refusal(store: Store) -> str | None:
-    """Why DLedger's ``MmapFileList.load`` refuses an entry of its ``data/`` or ``index/`` folder that is no file
-    of it (``Store.dledger_strays``: ``System.exit``, whatever the release), or None."""
-    return first_stray_refusal(store, store.dledger_strays, MMAP_FILE_LIST)
 
 
 def queue_refusal(store: Store, fix: str = RECOVER_FIXES) -> str | None:

@@ -527,7 +527,7 @@ class Store:
     @cached_property
     def index_strays(self) -> list[tuple[StrayEntry, None, bool]]:
         """``(entry, None: any length, a file sorts after it)`` of each entry of ``index/`` that is no index file mqtool reads but
-        ``IndexService.load`` lists (``index.index_strays``): verify's ``index-stray-entry``, ``nextstart.index_refusal``."""
+        ``IndexService.load`` lists (``index.index_strays``): verify's ``index-stray-entry``, ``nextstart.refusal_after_recovery``."""
         return index_strays(self.path("index")) if self.root is not None else []
 
     # ---- checkpoint, markers, config ----------------------------------------------------------
