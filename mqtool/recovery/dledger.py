@@ -16,7 +16,8 @@ from ..formats.checkpoint import StoreCheckpoint
 from ..store import Store
 from ..store.commitlog import ScanEnd, StopReason
 from ..store.dledger import DLedgerCommitLog, index_file_size
-from ..store.dledgerstart import DataRecovery, data_recovery, dispatches_on_abnormal, dledger_start, reput_start
+from ..store.dledgerstart import DataRecovery, data_recovery, dledger_start, reput_start
+from ..store.rules import VersionRules
 from ..store.fastscan import COL_SIZE, FastScan
 from ..store.mappedfile import offset_file_name
 from .logkinds import LogKind, RecoveryRun
@@ -89,7 +90,7 @@ class DLedgerLog(LogKind):
         return s.offset, s.rule
 
     def dispatches(self, run: RecoveryRun) -> bool:
-        return run.dispatching and run.abnormal and dispatches_on_abnormal(run.version)
+        return run.dispatching and run.abnormal and VersionRules(run.version).dledger_abnormal_redispatch
 
     def queue_cut(self, run: RecoveryRun) -> int:
         dl = self.dl

@@ -253,13 +253,9 @@ class ServedLog:
         return cls(cl.layout, tuple(s for s in cl.segments if not cl.is_entry_file(s)), cl.file_size)
 
     @property
+    @functools.lru_cache(maxsize=8)  # by value: the copies a process unpickles share one
     def commitlog(self) -> DLedgerCommitLog:
-        return _served_commitlog(self)
-
-
-@functools.lru_cache(maxsize=8)
-def _served_commitlog(log: ServedLog) -> DLedgerCommitLog:
-    return open_commitlog(log.layout, list(log.classic), log.file_size)
+        return open_commitlog(self.layout, list(self.classic), self.file_size)
 
 
 def abnormal_start(store: Store, index_safe: bool | None) -> ScanStart:
@@ -273,11 +269,6 @@ def abnormal_start(store: Store, index_safe: bool | None) -> ScanStart:
     return found or ScanStart(offset, first, f"no DLedger data file's first record is older than the checkpoint's {what} = {bound}: from the first file")
 
 
-def dispatches_on_abnormal(version: BrokerVersion) -> bool:
-    """5.2.0+ ``dledgerRecoverAbnormally`` dispatches (apache/rocketmq#7355); 4.5.0-5.1.4 ``recover`` does not (rules §8.4)."""
-    return VersionRules(version).dledger_abnormal_redispatch
-
-
 def dledger_start(store: Store, dl: DataRecovery, version: BrokerVersion, *, mode: str | None = None, index_safe: bool | None = None, full_scan: bool = False) -> ScanStart:
     """Where ``DLedgerCommitLog``'s recovery scans from: a 5.2.0+ abnormal recovery (it dispatches) from
     ``abnormal_start``'s file, else from the file ``DLedgerMmapFileStore.recover`` starts at
@@ -285,7 +276,7 @@ def dledger_start(store: Store, dl: DataRecovery, version: BrokerVersion, *, mod
     ``startfile.recovery_start``'s do; ``full_scan`` (a planner's option) scans from the latter always."""
     cl = store.commitlog
     abnormal = (mode or ("abnormal" if store.abort_present else "normal")) == "abnormal"
-    if abnormal and dispatches_on_abnormal(version) and not full_scan:
+    if abnormal and VersionRules(version).dledger_abnormal_redispatch and not full_scan:
         return abnormal_start(store, index_safe)
     first = cl.segments[dl.start_file].base_offset if cl.segments else 0
     return ScanStart(dl.start_file, first, f"DLedgerMmapFileStore.recover: {_start_file(cl, dl)}")

@@ -278,7 +278,8 @@ class VersionRules:
     (``getEntryPosAndSize``, DLedgerMmapFileStore @dledger-0.2.2, 0.2.3)."""
 
     dledger_abnormal_redispatch = _rule("E17")
-    """§8.4: from 5.2.0 a DLedger store's abnormal recovery picks a start file and re-dispatches."""
+    """§8.4: from 5.2.0 a DLedger store's abnormal recovery (``dledgerRecoverAbnormally``, apache/rocketmq#7355) picks a start file
+    and re-dispatches; 4.5.0-5.1.4's ``recover`` does not."""
 
     clamps_timer_queue_offset = _rule("E18")
     """§8.1: 5.3.2+ ``TimerMessageStore.recover`` clamps the timer queue offset it resumes at to ``rmq_sys_wheel_timer`` queue 0's
