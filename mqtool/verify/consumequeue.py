@@ -307,12 +307,6 @@ class MissingRun:
     count: int
 
 
-def _wrapped_note(queue_offset: int) -> str:
-    """What a QUEUEOFFSET whose position wraps around a Java long stands for (``cqfmt.unit_position``)."""
-    position = cqfmt.unit_position(queue_offset)
-    return "" if position == queue_offset * cqfmt.ENTRY_SIZE else f" (times the unit size, as a Java long: position {position})"
-
-
 def entries_missing(topic: str, queue_id: int, file: str | None, run: MissingRun, said: str, *, lost: bool = True, rebuilt: bool = False,
                     **more) -> Finding:
     """The ``cq-entry-missing`` of ``run``, records of ``topic``/``queue_id`` without a consume queue entry, ``said`` after their
@@ -442,9 +436,7 @@ class ConsumeQueueCheck(FindingSink):
         return sum(c.entries for c in self.cursors.values())
 
     def _file_of(self, cursor: QueueCursor, queue_offset: int) -> str | None:
-        if cursor.queue is None:
-            return None
-        return relative(self.store, cursor.queue.unit_file(queue_offset))
+        return None if cursor.queue is None else relative(self.store, cursor.queue.unit_file(queue_offset))
 
     # ---- the merge ----
 
@@ -585,10 +577,12 @@ class ConsumeQueueCheck(FindingSink):
     def _record_skipped(self, cursor: QueueCursor, record: LogRecord) -> Finding:
         """A record the broker's dispatch skips (``_skipped_by_dispatch``): its QUEUEOFFSET is damaged, and no rebuild
         gives it an entry: lost data (``record_damaged``), not a consume queue fault."""
+        position = cqfmt.unit_position(record.queue_offset)  # what a QUEUEOFFSET whose position wraps around a Java long stands for
+        wrapped = "" if position == record.queue_offset * cqfmt.ENTRY_SIZE else f" (times the unit size, as a Java long: position {position})"
         return error(
             "cq-entry-missing",
             f"the record at {record.offset} of {cursor.label} has no consume queue entry and its QUEUEOFFSET field says "
-            f"{record.queue_offset}{_wrapped_note(record.queue_offset)}, below the queue offset {cursor.last_pos + 1} after the queue's previous record: the broker's "
+            f"{record.queue_offset}{wrapped}, below the queue offset {cursor.last_pos + 1} after the queue's previous record: the broker's "
             "dispatch skips it (\"Build consume queue repeatedly\"), so the record's field is damaged; no rebuild of the queue mends it",
             file=self._file_of(cursor, cursor.last_pos + 1), offset=record.offset, expected=cursor.last_pos + 1, found=record.queue_offset,
             details=cursor.details(queue_offset=record.queue_offset, record_damaged=True))

@@ -427,14 +427,14 @@ class IndexCheck(FindingSink):
                            f"{expected_slots} (informational only for the broker)", file=name, expected=expected_slots, found=header.hash_slot_count))
         first, last = f.entry(1), f.entry(meta.count)
         checks = [("beginPhyOffset", first.phy_offset, header.begin_phy_offset), ("endPhyOffset", last.phy_offset, header.end_phy_offset)]
-        for label, entry in (("beginTimestamp", first), ("endTimestamp", last)):
+        for label, entry, stated in (("beginTimestamp", first, header.begin_timestamp), ("endTimestamp", last, header.end_timestamp)):
             try:
                 record = self.store.commitlog.read_record(entry.phy_offset)
             except (FormatError, LookupError):
                 continue
             ts = getattr(record, "store_timestamp", None)
             if ts is not None:
-                checks.append((label, ts, header.begin_timestamp if label == "beginTimestamp" else header.end_timestamp))
+                checks.append((label, ts, stated))
         for label, expected, found in checks:
             if expected != found:
                 self.emit(warning(
