@@ -182,27 +182,26 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
             f"TimerMessageStore.recover leaves them naming {why}", *(Action("zero-range", "timerwheel", start=a * tfmt.SLOT_SIZE,
             end=(b + 1) * tfmt.SLOT_SIZE, note="slots of cut units") for a, b in adjacent_runs(slots)))  # one range per run of adjacent slots
 
-    walked = _walked_timer(root, listing)
-    cut_slots, tail_slots = _cut_wheel_slots(listing, walked), _tail_wheel_slots(tails, walked)
-    damage = walked.end.offset if walked is not None and not walked.end.clean else None
-    clear_slots(cut_slots, "the cut timer log tail" if damage is None else f"the timer log after its damage at {damage}",
-                "positions past the log's end, where the broker's next "
-                "units go, each then naming itself as the previous unit of its slot (doEnqueue), so that slot's dequeue never ends")
-    clear_slots(tail_slots, "the cut tail of a timer log file before the last", "its blank or zeros, whose "
-                "prevPos 0 the slot's dequeue follows back to unit 0, delivering its message again; their own messages are lost")
-    relinks = _relinked_slots(listing, set(cut_slots + tail_slots), walked)
-    if relinks:
-        listed = ", ".join(str(slot) for slot, _ in relinks[:8]) + (" ..." if len(relinks) > 8 else "")
-        fix("relink-wheel-slots", f"{len(relinks)} wheel slot(s) whose chain of units runs through lost units (slots {listed}): relinked "
-            "over them as the broker would have linked the units left had the lost ones never been written (lastPos and firstPos: the "
-            "last and first unit left of the slot; the prevPos of each unit: the one of its time before it); TimerMessageStore.recover "
-            "leaves them naming the blank or zeros there, whose prevPos 0 their dequeue follows back to unit 0, never reaching their "
-            "earlier units", *(a for _, writes in relinks for a in writes))
+    if (walked := _walked_timer(root, listing)) is not None:
+        cut_slots, tail_slots = _cut_wheel_slots(listing, walked), _tail_wheel_slots(tails, walked)
+        damage = walked.end.offset if not walked.end.clean else None
+        clear_slots(cut_slots, "the cut timer log tail" if damage is None else f"the timer log after its damage at {damage}",
+                    "positions past the log's end, where the broker's next "
+                    "units go, each then naming itself as the previous unit of its slot (doEnqueue), so that slot's dequeue never ends")
+        clear_slots(tail_slots, "the cut tail of a timer log file before the last", "its blank or zeros, whose "
+                    "prevPos 0 the slot's dequeue follows back to unit 0, delivering its message again; their own messages are lost")
+        relinks = _relinked_slots(listing, set(cut_slots + tail_slots), walked)
+        if relinks:
+            listed = ", ".join(str(slot) for slot, _ in relinks[:8]) + (" ..." if len(relinks) > 8 else "")
+            fix("relink-wheel-slots", f"{len(relinks)} wheel slot(s) whose chain of units runs through lost units (slots {listed}): relinked "
+                "over them as the broker would have linked the units left had the lost ones never been written (lastPos and firstPos: the "
+                "last and first unit left of the slot; the prevPos of each unit: the one of its time before it); TimerMessageStore.recover "
+                "leaves them naming the blank or zeros there, whose prevPos 0 their dequeue follows back to unit 0, never reaching their "
+                "earlier units", *(a for _, writes in relinks for a in writes))
     # DLedger's MmapFileList.load refuses a file of the wrong length, a zero-length last one too (store None: every era)
-    for data_dir in sorted(root.glob("dledger-*/data")):
-        _queue_file_fixes(root, data_dir, "DLedger data file", "DLedger data file", None, quarantine, resize, alone=_size_from_name)
-    for index_dir in sorted(root.glob("dledger-*/index")):
-        _queue_file_fixes(root, index_dir, "DLedger index file", "DLedger index file", None, quarantine, resize, alone=_dledger_index_size)
+    for folder, alone in (("data", _size_from_name), ("index", _dledger_index_size)):
+        for queue_dir in sorted(root.glob(f"dledger-*/{folder}")):
+            _queue_file_fixes(root, queue_dir, f"DLedger {folder} file", f"DLedger {folder} file", None, quarantine, resize, alone=alone)
     _wheel_fix(root, resize)
     _index_strays(root, store, quarantine)
     for name, what, why in _unusable_files(root):
@@ -474,28 +473,24 @@ def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size:
     return CutSegment(base, blank, segment_size, *_entries_into(root, base + blank, base + segment_size))
 
 
-def _cut_wheel_slots(listing: TimerLogListing, walked: WalkedTimer | None) -> list[int]:
+def _cut_wheel_slots(listing: TimerLogListing, walked: WalkedTimer) -> list[int]:
     """The ``timerwheel`` slots the broker reads (``WheelSlot.is_read``) whose units all lie past the units of a short last timer
     log file (a unit the cut crosses ends them), or past a damaged unit, where ``recoverAndRevise`` truncates the log: either
     way past ``_walked_timer``'s end. The broker's ``recover`` revises the slots of the units it
     walks (``checkPhyPos``, ``recoverAndRevise``), not these, and ``reviseQueueOffset`` enqueues their messages again from the
     rmq_sys_wheel_timer queue: each new unit goes where its old one was, after its slot's ``lastPos``, itself (5.0.0-5.3.3).
     A slot read already (``RecoveredWheel.reads``) the broker never reads again: left as it is."""
-    if walked is None:
-        return []
     size = listing.files[-1][1].stat().st_size
     if walked.end.clean and not (listing.file_size and 0 < size < listing.file_size):  # a whole log, ending well
         return []
     return [s.slot for s in walked.read if walked.wheel.reads(s) and s.first_pos >= walked.end.offset]
 
 
-def _tail_wheel_slots(tails: list[tuple[int, int]], walked: WalkedTimer | None) -> list[int]:
+def _tail_wheel_slots(tails: list[tuple[int, int]], walked: WalkedTimer) -> list[int]:
     """The ``timerwheel`` slots the broker reads whose first and last positions both lie in one of ``tails``, the cut tails of
     timer log files before the last that ``end_timer_file`` pads with a blank. No unit of their time is left to walk, so
     ``recoverAndRevise`` never revises them, nor ``checkPhyPos`` (their lastPos lies before the log's end); ``dequeue`` reads
     the blank or zeros there as a unit whose prevPos is 0 and goes on at unit 0 (5.0.0-5.3.3); not one read already."""
-    if walked is None:
-        return []
     return [s.slot for s in walked.read if walked.wheel.reads(s) and any(a <= s.first_pos <= s.last_pos < b for a, b in tails)]
 
 
@@ -527,14 +522,12 @@ def _walked_timer(root: Path, listing: TimerLogListing) -> WalkedTimer | None:
     return WalkedTimer(units, bases[0], read, recovered_wheel(read, units, end, bases, timer.check, listing.file_size), log.end)
 
 
-def _relinked_slots(listing: TimerLogListing, cleared: set[int], walked: WalkedTimer | None) -> list[tuple[int, list[Action]]]:
+def _relinked_slots(listing: TimerLogListing, cleared: set[int], walked: WalkedTimer) -> list[tuple[int, list[Action]]]:
     """The wheel slots the broker's dequeue is still to read, but those ``cleared``, whose chain of units, once the file
     fixes have padded the timer log, stays broken past the broker's start (``recovered_wheel``, ``chain_break``: a lastPos
     or a prevPos naming a cut tail's blank or zeros, or where the last file's re-enqueued units go), each with its
     ``write-int64`` actions: lastPos and a lost firstPos the slot's last and first unit left, each broken prevPos the unit
     of its time before it (-1 for the first) (``_walked_timer``)."""
-    if walked is None:
-        return []
     units, start, read, wheel, _ = walked
     own, last = wheel.own, wheel.last_pos
 
@@ -898,9 +891,8 @@ def plan_state_fixes(store: Store, t: Triage) -> Plan | None:
 # ---- what verify reports after the broker's recovery -------------------------------------------
 
 
-def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: Store | None = None,
-                           last_timestamp: int | None = None) -> list[Finding]:
-    """The findings of ``verify`` today that the broker's recovery ``recover`` leaves in place; with ``store``, its
+def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: Store, last_timestamp: int | None) -> list[Finding]:
+    """The findings of ``verify`` today that the broker's recovery ``recover`` of ``store`` leaves in place; its
     ``checkpoint-ahead`` judged on the checkpoint the recovery persists (``last_timestamp``: the last valid message's),
     its ``index-keys-missing`` before the recovery's re-indexing (``_unindexed_after``) and its ``consumer-offset-range``
     placed against the queues the recovery leaves (``recovered_offset_findings``)."""
@@ -932,8 +924,6 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: St
         )
 
     kept = [_partly_redispatched(f, cq_from, store) for f in findings if not removes(f)] + unqueued_findings(store, recover)
-    if store is None:
-        return kept
     partly = {_queue_of(f) for f in kept if f.kind == "cq-entry-missing" and (f.details or {}).get("redispatched_from") is not None}
     kept += [g for q in recover.queues for g in misplaced_findings(store, q, q.first_added if (q.topic, q.queue_id) in partly else None)]
     if last_timestamp is not None and cl is not None and cl.end_is_damage and cl.last_valid_offset >= 0 and not store.is_dledger:  # it cuts
@@ -1050,11 +1040,9 @@ def _units_fixed(f: Finding, recover: Plan) -> bool:
     last entry, which it leaves (``stale_unit_actions``)."""
     from ..formats import dledger as dlfmt  # only for a DLedger store's finding
 
-    under = [a for a in recover.actions if a.path.startswith(f"{f.file}/")]
     number = (f.details or {}).get("index")
-    if number is None:
-        return False
-    return any(a.op == "write-dledger-index" and (int(Path(a.path).name) + a.start) // dlfmt.INDEX_UNIT_SIZE <= number for a in under)
+    return number is not None and any(a.op == "write-dledger-index" and (int(Path(a.path).name) + a.start) // dlfmt.INDEX_UNIT_SIZE <= number
+                                      for a in recover.actions if a.path.startswith(f"{f.file}/"))
 
 
 def settled_checks(store: Store, recover: Plan) -> frozenset[str]:
@@ -1209,12 +1197,6 @@ def next_start_cut(store: Store, recover: Plan, findings: list[Finding], start: 
     return (start, end) if end.offset < recover.commitlog.valid_end and not end.is_clean else None
 
 
-def before_cut(findings: list, cut: tuple[ScanStart, ScanEnd] | None) -> list:
-    """``findings`` (or ``Expected`` rows) without those at or after the end ``cut`` (``next_start_cut``) makes: not predicted
-    (``unpredicted``)."""
-    return findings if cut is None else [f for f in findings if f.offset is None or f.offset < cut[1].offset]
-
-
 def cut_marked(findings: list[Finding], cut: tuple[ScanStart, ScanEnd] | None) -> list[Finding]:
     """``findings`` with the damage where the start after the recovery ends the log (``next_start_cut``) marked as verify marks
     it after the recovery (``cut_by_next_start``): ``triage`` then takes every record after it for lost, and a queue with a row
@@ -1225,18 +1207,19 @@ def cut_marked(findings: list[Finding], cut: tuple[ScanStart, ScanEnd] | None) -
             if f.kind in LOST_KINDS and f.offset == cut[1].offset else f for f in findings]
 
 
-def unpredicted(store: Store, cut: tuple[ScanStart, ScanEnd] | None) -> list[Expected]:
-    """The row that says what the table leaves out where the start after the recovery ends the log at damage (``next_start_cut``):
-    what verify then finds from that end on (the damage, read now, and the records the start drops)."""
+def up_to_cut(store: Store, rows: list[Expected], cut: tuple[ScanStart, ScanEnd] | None) -> list[Expected]:
+    """``rows`` without those at or after the end where the start after the recovery ends the log at damage (``next_start_cut``),
+    then the row that says what the table leaves out there: what verify then finds from that end on (the damage, read now, and
+    the records the start drops)."""
     if cut is None:
-        return []
-    (start, end), rules = cut, store.rules
+        return rows
+    start, end = cut
     index = store.commitlog.segment_index(end.offset)
     file = None if index is None else os.path.relpath(store.commitlog.segments[index].path, store.root)
-    return [Expected("not-predicted", "error", file, end.offset,
-                     f"and what verify finds from {end.offset} on, not predicted here: the broker's start after this recovery scans from "
-                     f"{start.offset}, its {start.rule}, before this recovery's start, ends the log at {end.offset} ({end.reason}: "
-                     f"{end.detail}) and drops {dropped_after(store, end.offset, rules)} message(s) after it", True)]
+    return [e for e in rows if e.offset is None or e.offset < end.offset] + [Expected("not-predicted", "error", file, end.offset,
+            f"and what verify finds from {end.offset} on, not predicted here: the broker's start after this recovery scans from "
+            f"{start.offset}, its {start.rule}, before this recovery's start, ends the log at {end.offset} ({end.reason}: "
+            f"{end.detail}) and drops {dropped_after(store, end.offset, store.rules)} message(s) after it", True)]
 
 
 def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep], files: Plan | None, recover: Plan,
@@ -1250,7 +1233,7 @@ def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep
     kept = cut_marked(predict_after_recovery(left, recover, store, last_timestamp), cut)
     t = triage(kept, last_timestamp)
     if not repairs:
-        return [], [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + before_cut(expected_after(t), cut) + unpredicted(store, cut)
+        return [], [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + up_to_cut(store, expected_after(t), cut)
     offsets = store.config_file("consumerOffset.json") is not None
     # the rebuild's queue ends, for the offsets' rows; and past lost records, the entries it writes after them at the queue's
     # write position (the broker's ``putMessagePositionInfo`` does not renumber the records: lost data, ``misplaced_findings``)
@@ -1263,7 +1246,7 @@ def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep
     if offsets and rebuild:
         t = triage(recovered_offset_findings(store, kept, recover, *rebuild), last_timestamp)
     renumbered = [expected(g, True) for plan in rebuild for q in plan.queues for g in misplaced_findings(store, q)]
-    return steps_of(t), before_cut(t.lost + renumbered, cut) + unpredicted(store, cut)
+    return steps_of(t), up_to_cut(store, t.lost + renumbered, cut)
 
 
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *,
