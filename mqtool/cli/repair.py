@@ -66,6 +66,7 @@ FLOW_OPTIONS = (("yes", YesOpt, False), ("dry_run", DryRunOpt, False), ("plan_ou
 # imported when a command plans or writes (the commands' ``--help`` go without them)
 planners = functools.partial(importlib.import_module, "mqtool.recovery.planners")
 repair_planner = functools.partial(importlib.import_module, "mqtool.recovery.repair")
+planparts = functools.partial(importlib.import_module, "mqtool.recovery.planparts")
 executor = functools.partial(importlib.import_module, "mqtool.apply.executor")
 
 
@@ -114,13 +115,14 @@ def explain_interrupt(root: Path, backup: Path):
         raise Interrupted("interrupted before anything was changed") from None
 
 
-def emit_plan(doc: dict, fmt: OutputFormat, render) -> None:
-    """The plan (or backup) on stdout; from then on a closed stdout or stderr drops what is written to
-    it: what follows never depends on who reads the output (the apply of --yes, the plan --plan-out
-    saves, the exit code: 4 for a plan shown without --yes, as ``| head`` read it or not)."""
+def emit_plan(doc: dict, fmt: OutputFormat, render, backup: Path | None = None) -> None:
+    """The plan (or backup) on stdout, with ``backup``: the directory the backup of a plan ``--yes`` applies is kept in, which
+    ``mqtool restore`` undoes it from (a JSON reader learns it as the ``note_undo`` lines say it). From then on a closed stdout
+    or stderr drops what is written to it: what follows never depends on who reads the output (the apply of --yes, the plan
+    --plan-out saves, the exit code: 4 for a plan shown without --yes, as ``| head`` read it or not)."""
     State.output_may_close = True
     try:
-        emit_document(doc, fmt, render)
+        emit_document(doc if backup is None else {**doc, "backup": str(backup)}, fmt, render)
         sys.stdout.flush()
     except BrokenPipeError:
         silence_stdout()
@@ -233,11 +235,11 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         plan = make_plan(store, with_crc=plan_out is not None, cache=cache)
     why = None if finished is None else finished_was_asked(finished, plan)
     if why is not None:  # finishing it was the job: the plan applied (not a second one) and its backup
-        emit_plan(backed_up_in(BackupSet.open(finished).manifest["plan"], finished), fmt, render_plan)
+        emit_plan(BackupSet.open(finished).manifest["plan"], fmt, render_plan, finished)
         note_undo(f"{why}; backup in {shell_path(finished)}", finished)
         return
     target = (backup_dir or default_backup_dir(root, command)) if applying and yes and not plan.is_empty else None
-    emit_plan(backed_up_in(with_next_start(plan.to_dict(), plan), target), fmt, render_plan)
+    emit_plan(with_next_start(plan.to_dict(), plan), fmt, render_plan, target)
     _note_damage(plan)  # again on stderr, after the plan: the last thing the operator reads before --yes
     if plan_out is not None:
         write_atomic(plan_out, plan.to_json().encode())
@@ -253,12 +255,6 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
         s = backup.summary()  # said with interrupts still deferred: a Ctrl-C after the last write is ignored
         note_undo(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {shell_path(target)}", target, finished)
-
-
-def backed_up_in(doc: dict, target: Path | None) -> dict:
-    """The document of a plan ``--yes`` applies, with ``backup``: the directory its backup is kept in, which
-    ``mqtool restore`` undoes it from (a JSON reader learns it as the ``note_undo`` lines say it)."""
-    return doc if target is None else {**doc, "backup": str(target)}
 
 
 def note_undo(done: str, target: Path, then: Path | None = None) -> None:
@@ -393,7 +389,7 @@ def repair(store: StoreRootArg, yes: YesOpt = False, dry_run: DryRunOpt = False,
     with scans_shown(), planning():
         plan = _plan_repair(root, broker_config, broker_version)
     target = _repair_target(root, backup_dir, stopped) if yes and not plan.is_empty else None
-    emit_plan(backed_up_in(_repair_document(root, plan, broker_config, broker_version), target), fmt, render_repair)
+    emit_plan(_repair_document(root, plan, broker_config, broker_version), fmt, render_repair, target)
     if plan.recover is not None:
         _note_damage(plan.recover)  # as recover's plan: the last thing the operator reads before --yes
     if dry_run:
@@ -599,11 +595,9 @@ def _plan_repair(root: Path, broker_config, broker_version):
         readings = rp.config_readings(opened)  # a config .bak 3.2.6 and 4.0.0 alone read, its file being null to them
         file_steps = file_steps or rp.plan_file_fixes(root, timer_log_file_size=timer_size, readings=readings)[0]
         if file_steps:
-            from ..recovery.planparts import unloadable_files, unwritable_checkpoint
-
             try:
-                unloadable_files(opened)  # raises where the broker would not load the store before the file fixes
-                unwritable_checkpoint(opened)
+                planparts().unloadable_files(opened)  # raises where the broker would not load the store before the file fixes
+                planparts().unwritable_checkpoint(opened)
             except BadInput:
                 opened.close()  # planned on below otherwise (a release that leaves the file out and starts)
                 raise
@@ -627,13 +621,11 @@ def _with_remaining_after_moves(plan, root: Path, broker_config, broker_version)
     moved = frozenset(a.path for a in (plan.files.actions if plan.files else ()) if a.op == "quarantine" and a.path.startswith("config/"))
     if not moved:
         return plan
-    from ..recovery.planparts import unloadable_files, unwritable_checkpoint
-
     try:
         with open_store(root, broker_config, broker_version) as opened:
             opened.moved_out = moved
-            unloadable_files(opened)
-            unwritable_checkpoint(opened)
+            planparts().unloadable_files(opened)
+            planparts().unwritable_checkpoint(opened)
             recover_plan = planners().plan_recover(opened)
             findings, run = rp.verify_findings(opened)
             _, remaining = rp.after_recovery(opened, findings, list(plan.steps), plan.files, recover_plan, run.last_timestamp)
@@ -706,7 +698,7 @@ def apply(plan_file: Annotated[Path, typer.Argument(help="A plan saved with --pl
         return
     done = None if plan.is_empty else applied_backup(plan.to_dict(), root)
     target = (backup_dir or default_backup_dir(root, plan.command)) if yes and not plan.is_empty and done is None else None
-    emit_plan(backed_up_in(plan.to_dict(), target), fmt, render_plan)
+    emit_plan(plan.to_dict(), fmt, render_plan, target)
     if plan.is_empty:
         note_nothing_to_do(plan)
         return
