@@ -412,7 +412,7 @@ def repair(store: StoreRootArg, yes: YesOpt = False, dry_run: DryRunOpt = False,
             findings = _apply_stages(stages, plan, broker_config, broker_version)
         after = f" (after the {stages.earlier} the stopped run applied)" if stages.earlier else ""
         note_undo(f"repair applied in {len(stages.done)} stage(s){after}; backup in {shell_path(target)}", target, finished)
-    _report_after(findings, _cut_line(stages, root))
+    _report_after(findings, stages)
 
 
 def _repair_target(root: Path, backup_dir: Path | None, stopped) -> Path:
@@ -459,17 +459,13 @@ def _say_nothing_to_repair(plan, yes: bool) -> None:
         note("nothing to do: verify finds nothing to repair")
 
 
-def _cut_line(stages: "RepairStages", root: Path) -> str:
-    """What the repair's recovery cut of valid messages (its plan's ``DAMAGE:`` note), and how to save what is readable of them,
-    which its backup holds (README's incident section: ``salvage`` reads the store as it was): "" if it cut none."""
-    if not stages.cut:
-        return ""
-    return (f"; the repair cut {stages.cut} valid message(s) and its backup holds them: to save what is readable "
-            f"of them, undo it with `mqtool restore {shell_path(stages.target.absolute())} --yes`, run `{salvage_command(root)}`, then repair again")
-
-
-def _report_after(findings: list, cut: str = "") -> None:
-    """What verify says after the repair, with ``cut`` (``_cut_line``); exit 1 when lost data remains."""
+def _report_after(findings: list, stages: "RepairStages") -> None:
+    """What verify says after the repair, and what its recovery cut of valid messages (its plan's ``DAMAGE:`` note) with how to
+    save what is readable of them, which its backup holds (README's incident section: ``salvage`` reads the store as it was);
+    exit 1 when lost data remains."""
+    cut = "" if not stages.cut else (f"; the repair cut {stages.cut} valid message(s) and its backup holds them: to save what is readable "
+                                     f"of them, undo it with `mqtool restore {shell_path(stages.target.absolute())} --yes`, run "
+                                     f"`{salvage_command(stages.root)}`, then repair again")
     if not findings:
         note(f"verify: the store is sound{cut}")
         return

@@ -228,10 +228,8 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
 def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
     """``(name, what it is, what the broker does)`` of each single file the broker opens by name that it cannot use
     (``nextstart.unusable``: a directory or socket; one it maps, a FIFO or device node too): the checkpoint
-    (``nextstart.checkpoint_refusal``; the recovery then writes a new one), ``nextstart.OPENED_FIRST``'s; a directory as ``abort``;
-    and a directory or socket as a ``config/*.json`` or its ``.bak`` (``store.NOT_A_FILE``, ``store.A_SOCKET_CONFIG``: ``loadBak``
-    then reads the ``.bak``, or fails; ``persist`` fails), a FIFO (``store.A_FIFO``) or a device node (``store.A_DEVICE_CONFIG``:
-    read as empty, written into by a persist)."""
+    (``nextstart.checkpoint_refusal``; the recovery then writes a new one), ``nextstart.OPENED_FIRST``'s, ``abort``, and a
+    ``config/*.json`` or its ``.bak`` (``store.NOT_A_FILE``, ``store.A_SOCKET_CONFIG``, ``store.A_FIFO``, ``store.A_DEVICE_CONFIG``)."""
     if (found := unusable(root / "checkpoint", "checkpoint")) is not None:
         yield "checkpoint", found[0], f"StoreCheckpoint cannot {found[1]} it and DefaultMessageStore.load fails (every release)"
     what = not_a_file(root / "abort")
