@@ -934,7 +934,7 @@ def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: St
     return recovered_offset_findings(store, kept, recover)
 
 
-def unqueued_findings(store: Store | None, recover: Plan) -> list[Finding]:
+def unqueued_findings(store: Store, recover: Plan) -> list[Finding]:
     """verify's ``cq-entry-missing`` after ``recover`` for the records it keeps whose entries it cuts and no dispatch writes again
     (``Plan.unqueued``: 5.2.0+'s abnormal DLedger recovery, ``DLedgerLog.unqueued``), a run per queue: ``rebuild-cq`` gives them back."""
     runs: dict[tuple[str, int], MissingRun] = {}
@@ -946,11 +946,11 @@ def unqueued_findings(store: Store | None, recover: Plan) -> list[Finding]:
             run.last_offset, run.last_queue_offset, run.count = r.offset, r.queue_offset, run.count + 1
     said = ("lose their consume queue entries to this recovery: it truncates the queues before them, and the start-up reput resumes only after "
             "them; the broker will not rebuild them by itself; consumers never see these messages")
-    return [entries_missing(topic, queue_id, queue_file(store, topic, queue_id, run.first_queue_offset) if store is not None else None, run, said)
+    return [entries_missing(topic, queue_id, queue_file(store, topic, queue_id, run.first_queue_offset), run, said)
             for (topic, queue_id), run in runs.items()]
 
 
-def _partly_redispatched(f: Finding, cq_from: int | None, store: Store | None) -> Finding:
+def _partly_redispatched(f: Finding, cq_from: int | None, store: Store) -> Finding:
     """``f``, or of a ``cq-entry-missing`` run the recovery re-dispatches from ``cq_from`` on (its records from there get their
     entries), a row that says so, in the queue file verify then names (the recovery creates a missing queue's; ``misplaced_findings``
     gives the rows of the entries it writes)."""
@@ -958,7 +958,7 @@ def _partly_redispatched(f: Finding, cq_from: int | None, store: Store | None) -
     if (f.kind != "cq-entry-missing" or cq_from is None or f.offset is None or "first_queue_offset" not in d or "reput_resumes_at" in d
             or not f.offset < cq_from <= d.get("last_offset", -1)):
         return f
-    file = f.file if f.file is not None or store is None else queue_file(store, d["topic"], int(d["queue_id"]), d["first_queue_offset"])
+    file = f.file if f.file is not None else queue_file(store, d["topic"], int(d["queue_id"]), d["first_queue_offset"])
     return dataclasses.replace(f, file=file, details={**d, "redispatched_from": cq_from}, message=(
         f"records of {d['topic']}/{d['queue_id']} before {cq_from} still have no consume queue entry after this recovery, which "
         f"re-dispatches it from {cq_from} on (today {d['records']} records, "
