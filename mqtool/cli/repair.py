@@ -20,7 +20,7 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import BACKUPS_DIR, REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, newest_first, refuse_backup_inside, refuse_changed, refuse_incomplete, refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
+from ..apply.backup import BACKUPS_DIR, REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, newest_first, read_manifest, refuse_backup_inside, refuse_changed, refuse_incomplete, refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
 from ..apply.heap import release_free_heap
 from ..fileops import TMP_SUFFIX, salvage_command, write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
@@ -184,14 +184,11 @@ def _finish_interrupted(root: Path, yes: bool, force: bool) -> Path | None:
     return pending
 
 
-def finished_was_asked(finished: Path, plan: Plan) -> str | None:
-    """Why the interrupted apply just finished (backup ``finished``) was what re-running a command asked for, None if it was not:
-    the new ``plan``, made on the finished store, has nothing left to do (a rebuild leaves alone the files that already hold its
-    bytes, so re-running the same rebuild plans nothing)."""
-    if not plan.is_empty:
-        return None
-    done = BackupSet.open(finished).manifest.get("plan") or {}
-    return f"the interrupted {done.get('command')} apply is finished, which leaves nothing to do"
+def finished_was_asked(done: dict, plan: Plan) -> str | None:
+    """Why the interrupted apply just finished (``done``: the plan its manifest holds) was what re-running a command asked for,
+    None if it was not: the new ``plan``, made on the finished store, has nothing left to do (a rebuild leaves alone the files
+    that already hold its bytes, so re-running the same rebuild plans nothing)."""
+    return f"the interrupted {done.get('command')} apply is finished, which leaves nothing to do" if plan.is_empty else None
 
 
 def refuse_stopped_repair(root: Path) -> None:
@@ -233,9 +230,10 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     cache = DispatchCache() if applying else None
     with store, scans_shown(), planning():
         plan = make_plan(store, with_crc=plan_out is not None, cache=cache)
-    why = None if finished is None else finished_was_asked(finished, plan)
+    done = None if finished is None else read_manifest(finished)["plan"]
+    why = None if done is None else finished_was_asked(done, plan)
     if why is not None:  # finishing it was the job: the plan applied (not a second one) and its backup
-        emit_plan(BackupSet.open(finished).manifest["plan"], fmt, render_plan, finished)
+        emit_plan(done, fmt, render_plan, finished)
         note_undo(f"{why}; backup in {shell_path(finished)}", finished)
         return
     target = (backup_dir or default_backup_dir(root, command)) if applying and yes and not plan.is_empty else None
@@ -400,7 +398,7 @@ def repair(store: StoreRootArg, yes: YesOpt = False, dry_run: DryRunOpt = False,
                 clear_repair_mark(root)
             note(f"the stopped repair needs no more stages: it is finished; undo it with: mqtool restore {shell_path(stopped.backup)} --yes", always=True)
         if finished is not None:
-            note_undo(f"{finished_was_asked(finished, plan)}; backup in {shell_path(finished)}", finished)
+            note_undo(f"{finished_was_asked(read_manifest(finished)['plan'], plan)}; backup in {shell_path(finished)}", finished)
         _say_nothing_to_repair(plan, yes)
         return
     if not yes:
