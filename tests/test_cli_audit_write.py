@@ -321,3 +321,63 @@ def test_apply_without_yes_of_a_stale_plan_meets_the_refusal_yes_meets(crashed, 
     refusal = "mqtool: error: abort changed since the plan was made (size or mtime differ); plan again"
     assert shown.stderr.strip().splitlines()[-1] == done.stderr.strip().splitlines()[-1] == refusal
     assert "re-run with --yes" not in shown.stderr and tree(crashed) == before
+
+
+def test_a_backup_disk_with_room_for_what_the_dispatch_keeps_is_not_refused(tmp_path, monkeypatch):
+    """Before: the room check counted every index and consume queue file the plan lists for its dispatch, the index files it
+    keeps as they are among them, while the apply backs up only those it rewrites (``_queue_writer``, ``_index_writer``): a
+    backup disk on another file system (a patched ``st_dev``) with room for all the apply keeps there, measured from the same
+    apply with room to spare, was refused (rewrite-clean: its 84 KiB kept index file counted too). Now each op's backup is
+    said once (``executor.KEEPS``), for the apply and the room check both."""
+    import os
+    import shutil
+    from collections import namedtuple
+
+    from mqtool.apply import executor
+
+    real_stat = os.stat
+
+    class OtherDisk:  # executor's os, with tmp_path (where the backup folders go) on a file system of its own
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        @staticmethod
+        def stat(path, *args, **kwargs):
+            st = real_stat(path, *args, **kwargs)
+            if str(path) != str(tmp_path):
+                return st
+            return namedtuple("st", "st_mode st_dev st_size st_blocks")(st.st_mode, st.st_dev + 1, st.st_size, st.st_blocks)
+
+    monkeypatch.setattr(executor, "os", OtherDisk())
+    first = copy_store("4.9.7", "rewrite-clean", tmp_path / "a")
+    assert run("recover", first, "--yes", "--backup-dir", tmp_path / "bk-a").exit_code == 0
+    kept = [p for p in (tmp_path / "bk-a").rglob("*") if p.is_file()]
+    assert any(p.parent.name == "files" for p in kept) and any(p.parent.name == "ranges" for p in kept)  # the dispatch's files, the cut's range
+    block = os.statvfs(tmp_path).f_frsize or 4096
+    room = sum(-(-p.stat().st_size // block) * block for p in kept) + block  # each file rounded up to a block, and one to spare
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(room, 0, room))
+    second = copy_store("4.9.7", "rewrite-clean", tmp_path / "b")
+    before = tree(second)
+    done = run("recover", second, "--yes", "--backup-dir", tmp_path / "bk-b")
+    assert done.exit_code == 0, done.stderr
+    assert run("restore", tmp_path / "bk-b", "--yes").exit_code == 0 and tree(second) == before
+
+
+def test_a_saved_plan_with_an_op_mqtool_does_not_apply_is_bad_input(crashed, tmp_path):
+    """Before: a saved plan edited to hold an op no executor method writes made a backup set, then failed at that step as an
+    internal error (exit 5, "please report this"). Now it is refused with the plan's other flaws, before any backup: one line,
+    exit 3, the store untouched."""
+    import json
+
+    from mqtool.errors import EXIT_BAD_INPUT
+
+    assert run("recover", crashed, "--plan-out", tmp_path / "plan.json").exit_code == 0
+    doc = json.loads((tmp_path / "plan.json").read_text())
+    doc["actions"][-1]["op"] = "frobnicate"
+    (tmp_path / "plan.json").write_text(json.dumps(doc))
+    before = tree(crashed)
+    done = run("apply", tmp_path / "plan.json", "--yes", "--backup-dir", tmp_path / "bk")
+    assert done.exit_code == EXIT_BAD_INPUT, done.stderr
+    assert done.stderr.splitlines()[-1] == "mqtool: error: the plan's action 'frobnicate' is no operation mqtool applies: not a valid mqtool plan"
+    assert tree(crashed) == before and not (tmp_path / "bk").exists()

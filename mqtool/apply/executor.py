@@ -137,7 +137,10 @@ def store_config(plan: Plan) -> StoreConfig:
 
 
 def check_inputs(root: Path, plan: Plan) -> None:
-    """Refuse a saved plan once any file it read or changes differs from when it was made."""
+    """Refuse a saved plan once any file it read or changes differs from when it was made, or an op in it is none ``KEEPS`` knows."""
+    unknown = sorted({a.op for a in plan.actions} - KEEPS.keys())
+    if unknown:
+        raise BadInput(f"the plan's action {unknown[0]!r} is no operation mqtool applies: not a valid mqtool plan")
     for fp in plan.inputs:
         path = root / fp.path
         if not path.exists():
@@ -156,8 +159,25 @@ def check_inputs(root: Path, plan: Plan) -> None:
             raise Refused(f"the plan writes {rel}, outside the store and not a file it read: it was not made for this store; plan again")
 
 
-RANGE_OPS = frozenset({"zero-range", "write-int64", "fill-units", "write-dledger-index"})  # each keeps its byte range in the backup
-WHOLE_OPS = frozenset({"delete", "quarantine", "resize", "pad-blank", "restore-config", "write-checkpoint", "write-dledger-checkpoint"})
+# What each op keeps in the backup before it writes, said once for ``Executor._back_up``, which keeps it, and ``refuse_no_room``,
+# which counts it: "range" the bytes it overwrites (``kept_range``), "entry" the file or the entry itself (``moves_entry``),
+# "file" the whole file (one it creates noted: ``restore`` deletes it), "dispatch" the files it installs (``changed_files``; kept
+# as they are staged: ``_queue_writer``, ``_index_writer``). A plan with an op not here is refused (``check_inputs``).
+KEEPS = {**dict.fromkeys(("zero-range", "write-blank", "write-int64", "fill-units", "write-dledger-index"), "range"),
+         **dict.fromkeys(("delete", "quarantine", "restore-config"), "entry"),
+         **dict.fromkeys(("resize", "pad-blank", "write-checkpoint", "write-dledger-checkpoint"), "file"), "write-dispatch": "dispatch"}
+
+
+def kept_range(action) -> tuple[int, int]:
+    """The bytes a "range" op overwrites: ``write-blank`` its 8-byte blank header, the others ``start``..``end``."""
+    return action.start, action.start + clfmt.BLANK_HEADER_SIZE if action.op == "write-blank" else action.end
+
+
+def changed_files(plan: Plan, action) -> list[str]:
+    """The store files ``action`` changes."""
+    if action.op == "write-dispatch":
+        return planned_queue_files(plan) + planned_index_files(plan)
+    return [action.path] if action.path else []
 
 
 def moves_entry(path: Path, op: str) -> bool:
@@ -173,10 +193,8 @@ def refuse_no_room(root: Path, plan: Plan, backup_dir: Path) -> None:
     during the apply anyway (space taken meanwhile) stops it at a safe point (``Executor.run``)."""
     where = next(p for p in (backup_dir.absolute(), *backup_dir.absolute().parents) if p.exists())
     device, block = os.stat(where).st_dev, os.statvfs(where).f_frsize or 4096
-    ranges = [clfmt.BLANK_HEADER_SIZE if a.op == "write-blank" else a.end - a.start
-              for a in plan.actions if a.op in RANGE_OPS or a.op == "write-blank"]
-    whole = [a.path for a in plan.actions if a.op in WHOLE_OPS and a.path and not moves_entry(root / a.path, a.op)]
-    whole += [rel for a in plan.actions if a.op == "write-dispatch" for rel in planned_queue_files(plan, None) + planned_index_files(plan, None)]
+    ranges = [end - start for start, end in (kept_range(a) for a in plan.actions if KEEPS[a.op] == "range")]
+    whole = [rel for a in plan.actions if KEEPS[a.op] != "range" for rel in changed_files(plan, a) if not moves_entry(root / rel, a.op)]
     sizes = []
     for rel in dict.fromkeys(whole):
         with contextlib.suppress(OSError):
@@ -260,7 +278,7 @@ class Executor:
         if any(a.op == "write-dispatch" and not self.backup.step_done(i) for i, a in enumerate(self.plan.actions)):
             with naming(self.staging):  # a full disk said as the store's: a bare "No space left on device" names none
                 self._stage_dispatch()  # before the first destructive step: a file set unlike the plan's changes nothing
-        last = {rel: index for index, action in enumerate(self.plan.actions) for rel in self._changes(action)}
+        last = {rel: index for index, action in enumerate(self.plan.actions) for rel in changed_files(self.plan, action)}
         for index, action in enumerate(self.plan.actions):
             if self.backup.step_done(index):
                 continue
@@ -268,37 +286,38 @@ class Executor:
             self.changing = True
             if self.progress:
                 self.progress(f"{action.op} {action.path}".rstrip())  # write-dispatch has no one path
+            self._back_up(action)
             getattr(self, "_" + action.op.replace("-", "_"))(action)
-            self.backup.mark_step(index, action.op, action.path, [rel for rel in self._changes(action) if last[rel] == index])
+            self.backup.mark_step(index, action.op, action.path, [rel for rel in changed_files(self.plan, action) if last[rel] == index])
             durability_point(f"step {index}")
         self.backup.finish()
         clear_pending(self.root)
 
-    def _changes(self, action) -> list[str]:
-        """The store files ``action`` changes."""
-        if action.op == "write-dispatch":
-            return planned_queue_files(self.plan) + planned_index_files(self.plan)
-        return [action.path] if action.path else []
+    def _back_up(self, action) -> None:
+        """Keep what ``action`` overwrites (``KEEPS``), durably, before it writes. A symlink ``delete`` or ``quarantine``
+        removes, and a directory ``quarantine`` moves, is renamed into the backup as it is (``BackupSet.move_entry``): the
+        broker's ``File.delete`` removes the link, not the file it names, and ``restore`` puts the link back."""
+        kind, path = KEEPS[action.op], self.root / action.path
+        if kind == "range":
+            self.backup.backup_range(action.path, *kept_range(action))
+            durability_point("range backed up")
+        elif kind == "entry" and moves_entry(path, action.op):
+            self.backup.move_entry(action.path)
+            durability_point("entry moved")
+        elif kind != "dispatch":
+            self.backup.backup_file(action.path)
+            if kind == "file" and not path.exists():
+                self.backup.note_creates([action.path])
+            durability_point("file backed up")
 
-    # ---- actions ------------------------------------------------------------------------------
+    # ---- actions: each writes once ``_back_up`` kept what it overwrites -------------------------
 
     def _zero_range(self, action) -> None:
-        self.backup.backup_range(action.path, action.start, action.end)
-        durability_point("range backed up")
         zero_range(self.root / action.path, action.start, action.end)
 
     def _delete(self, action) -> None:
-        """The file deleted, its bytes in the backup (``quarantine``: a stray file moved into it, ``restore`` puts it back); a
-        symlink, and a directory ``quarantine`` moves, is renamed into it as it is (``BackupSet.move_entry``): the broker's
-        ``File.delete`` removes the link, not the file it names, and ``restore`` puts the link back."""
-        path = self.root / action.path
-        if moves_entry(path, action.op):
-            self.backup.move_entry(action.path)
-            durability_point("entry moved")
-            return
-        self.backup.backup_file(action.path)
-        durability_point("file backed up")
-        remove(path)
+        """The file deleted (``quarantine``: a stray file, which ``restore`` puts back); an entry moved is gone already."""
+        remove(self.root / action.path)
 
     _quarantine = _delete
 
@@ -309,8 +328,6 @@ class Executor:
         ``repair._timer_log_blank``): an end-of-file blank from ``action.start``, then zeros."""
         path = self.root / action.path
         blank_at = action.start if action.op == "pad-blank" else None
-        self._keep(action.path)
-        durability_point("file backed up")
         makedirs(path.parent, like_parent=True)
         tmp = work_path(self.root, path)
         with deleted_on_failure(tmp):  # beside the file on another disk: the broker would list it
@@ -330,16 +347,13 @@ class Executor:
 
     _pad_blank = _resize
 
-    def _write_at(self, action, data: bytes, end: int | None = None) -> None:
-        """``data`` written at ``action.start``, the bytes to ``end`` (default ``action.end``) backed up first."""
-        self.backup.backup_range(action.path, action.start, action.end if end is None else end)
-        durability_point("range backed up")
+    def _write_at(self, action, data: bytes) -> None:
         write_range(self.root / action.path, action.start, data)
 
     def _write_blank(self, action) -> None:
         """An 8-byte end-of-file blank at ``start`` of a commit log segment ``end`` bytes long (TOTALSIZE = the
         bytes left, BLANK magic): a DLedger broker's first load of the classic log (``logkinds.MixedFirstLoad``)."""
-        self._write_at(action, clfmt.encode_blank(action.end - action.start), action.start + clfmt.BLANK_HEADER_SIZE)
+        self._write_at(action, clfmt.encode_blank(action.end - action.start))
 
     def _write_int64(self, action) -> None:
         """The big-endian int64 ``action.unit[0]`` at ``start`` (``repair._relinked_slots``: a wheel slot's position, a timer
@@ -354,20 +368,9 @@ class Executor:
 
     def _restore_config(self, action) -> None:
         """``config/X.json`` gets the bytes of its ``X.json.bak`` (ConfigManager.loadBak's source)."""
-        self.backup.backup_file(action.path)
-        durability_point("config backed up")
-        data = (self.root / (action.path + ".bak")).read_bytes()
-        write_atomic(self.root / action.path, data, self.staging, owner_for(self.root / action.path))
-
-    def _keep(self, rel: str) -> None:
-        """Back up ``rel`` before it is rewritten, or note that this apply creates it (``restore`` deletes it)."""
-        self.backup.backup_file(rel)
-        if not (self.root / rel).exists():
-            self.backup.note_creates([rel])
+        self._write_whole(action, (self.root / (action.path + ".bak")).read_bytes())
 
     def _write_whole(self, action, data: bytes) -> None:
-        self._keep(action.path)
-        durability_point("checkpoint backed up")
         write_atomic(self.root / action.path, data, self.staging, owner_for(self.root / action.path))
 
     def _write_checkpoint(self, action) -> None:
