@@ -174,7 +174,10 @@ class BackupSet:
             "command": "repair" if step else plan_doc.get("command"),
             **({"step": step} if step else {}),
             "created_ms": int(time.time() * 1000),
-            **applied_at(),
+            # its place in the order of applies (``applied_after``): the monotonic clock within this boot, which a wall clock
+            # stepped back (NTP, a VM's clock) cannot reorder; ``created_ms`` orders backups of different boots
+            "boot_id": boot_id(),
+            "monotonic_ns": time.monotonic_ns(),
             "complete": False,
             "plan": plan_doc,
         }
@@ -498,22 +501,12 @@ def boot_id() -> str | None:
         return None
 
 
-def applied_at() -> dict:
-    """A new backup's place in the order of applies: the monotonic clock within this boot, which a wall
-    clock stepped back (NTP, a VM's clock) cannot reorder; ``created_ms`` orders backups of different boots."""
-    return {"boot_id": boot_id(), "monotonic_ns": time.monotonic_ns()}
-
-
-def _order(manifest: dict, name: str) -> tuple:
-    return (manifest.get("created_ms") or 0, name)
-
-
 def applied_after(a: dict, a_name: str, b: dict, b_name: str) -> bool:
     """The backup of manifest ``a`` (folder name ``a_name``) was made after that of ``b``: by the monotonic
     clock when both were made in one boot, else by the wall clock and then the name."""
     if a.get("boot_id") is not None and a.get("boot_id") == b.get("boot_id") and "monotonic_ns" in a and "monotonic_ns" in b:
         return a["monotonic_ns"] > b["monotonic_ns"]
-    return _order(a, a_name) > _order(b, b_name)
+    return (a.get("created_ms") or 0, a_name) > (b.get("created_ms") or 0, b_name)
 
 
 def newest_first(backups: dict[Path, dict] | list[Path]) -> list[Path]:
@@ -533,11 +526,6 @@ def _first_manifest(path: Path) -> dict:
         return read_manifest((repair_stages(path) or [path])[0])
     except (BadInput, OSError):
         return {}
-
-
-def same_store(a: str | Path, b: str | Path) -> bool:
-    """Two manifests' ``store`` are one directory (recorded resolved; resolved again for a symlink made since)."""
-    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def later_backups(backup_dir: Path, sets: list[BackupSet] | None = None) -> list[Path]:
@@ -565,7 +553,8 @@ def later_backups(backup_dir: Path, sets: list[BackupSet] | None = None) -> list
                     continue
                 try:  # the manifest first; the journal only of a later backup of the same store
                     manifest = read_manifest(path)
-                    if not (store and same_store(manifest["store"], store) and applied_after(manifest, path.name, first.manifest, first.dir.name)):
+                    same = store and os.path.realpath(manifest["store"]) == os.path.realpath(store)  # resolved again: a symlink made since
+                    if not (same and applied_after(manifest, path.name, first.manifest, first.dir.name)):
                         continue
                     other = BackupSet.open(path, manifest)
                     if not other.restored and touched & set(other.touched()):

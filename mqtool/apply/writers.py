@@ -22,7 +22,6 @@ from ..store.consumequeue import UNIT_DTYPE
 from ..dispatch.placement import ENTRY_BUFFER, H_PUT, S_FILL_FROM, S_FILL_TO, IndexPlacement, QueueState, place_units
 from ..store.mappedfile import offset_file_name
 
-ENTRY = cqfmt.ENTRY_SIZE
 MAX_OPEN = 256  # consume queue files held open at once (the least recently written is closed)
 FILLER_UNIT = np.array([cqfmt.FILLER], dtype=UNIT_DTYPE)
 
@@ -118,7 +117,7 @@ class ConsumeQueueWriter:
         q.state[S_FILL_FROM] = -1
         placed = place_units(qoff, phys, size, q.state, self.file_size, self.dedup_by_end, self.repeat_guard, pos)
         if q.state[S_FILL_FROM] >= 0:
-            count = int(q.state[S_FILL_TO] - q.state[S_FILL_FROM]) // ENTRY
+            count = int(q.state[S_FILL_TO] - q.state[S_FILL_FROM]) // cqfmt.ENTRY_SIZE
             if count:
                 self._write(q, int(q.state[S_FILL_FROM]), np.repeat(FILLER_UNIT, count))
                 q.fillers += count
