@@ -394,7 +394,7 @@ class Executor:
         the owner and mode of the file it replaces or of its folder's, which the broker's user opens)."""
         staged = self.staging / STAGED
         parents = set()
-        for rel in sorted(planned_queue_files(self.plan) + planned_index_files(self.plan)):
+        for rel in sorted(changed_files(self.plan, action)):
             StopRequests.check()
             final = self.root / rel
             makedirs(final.parent, like_parent=True)
