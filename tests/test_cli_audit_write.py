@@ -240,7 +240,7 @@ def test_applying_a_saved_plan_whose_apply_was_interrupted_names_its_undo(crashe
 
 def test_a_linked_segment_the_recovery_deletes_takes_no_room_in_the_backup(tmp_path, monkeypatch):
     """Before: the room check counted a deleted segment that is a symlink to another file system (its data on another disk)
-    as a whole file copied into the backup, while the apply moves the link itself there (``Executor._delete``): a backup
+    as a whole file copied into the backup, while the apply moves the link itself there (``Executor._back_up``): a backup
     disk with room for what the apply keeps was refused. The other file system is a patched ``st_dev``; the free space a
     patched ``shutil.disk_usage`` with room for the cut's zeroed range (under 1 MiB) but not for the 1 MiB segment too."""
     import os

@@ -181,7 +181,7 @@ def changed_files(plan: Plan, action) -> list[str]:
 
 
 def moves_entry(path: Path, op: str) -> bool:
-    """Whether ``delete``/``quarantine`` renames the entry into the backup as it is (``Executor._delete``): a symlink, and a
+    """Whether ``delete``/``quarantine`` renames the entry into the backup as it is (``Executor._back_up``): a symlink, and a
     directory ``quarantine`` moves, keep no bytes there."""
     return op in ("delete", "quarantine") and (path.is_symlink() or op == "quarantine" and path.is_dir())
 
