@@ -269,3 +269,23 @@ def test_a_timer_stores_verify_walks_the_commit_log_once(monkeypatch):
     [behind] = _timer_findings(store_path("5.3.3", "timer-crashed"))
     assert f", {again} of them delivered already or still in the timer log, which it delivers a second time" in behind.message
     assert [stop for stop in walks if stop is None] == [None]
+
+
+def test_a_walk_batch_holding_no_timer_message_and_no_delivery(monkeypatch):
+    """The timer report's walk took a batch's rows carrying an identity it looks for with ``batch.take(list)``: an empty list is
+    an Arrow null array, which ``take`` refuses (ArrowNotImplementedError), so a stretch of the commit log as long as a walk batch
+    (32,768 records alone, about 8 MiB of records on ``verify``'s walk) with no timer message and no delivery in it ended
+    ``verify``, ``info``, ``dump timer`` and ``query`` with a traceback. On batches of 7 records, many such, the report is the
+    one of a single batch."""
+    import mqtool.scan.timer as timer_scan
+
+    class Small(timer_scan.MessageScan):
+        def __init__(self, store, **kw):
+            super().__init__(store, **{**kw, "batch": 7})
+
+    with Store.open(store_path("5.3.3", "timer-small")) as store:
+        whole = timer_report(store, TimerStore.open(store.root))
+        monkeypatch.setattr(timer_scan, "MessageScan", Small)
+        small = timer_report(store, TimerStore.open(store.root))
+    assert (small.rows, small.deliveries, small.commitlog_end) == (whole.rows, whole.deliveries, whole.commitlog_end)
+    assert small.queued.equals(whole.queued) and whole.queued.num_rows == len(whole.rows) > 0

@@ -95,7 +95,7 @@ def _walk(store: Store, identities: set[str]) -> tuple[pa.Table, dict[str, list[
         if borns:  # the keyless rows: by born time and body CRC
             born, crc = batch["born_timestamp"].to_pylist(), batch["body_crc"].to_pylist()
             take = sorted(take + [i for i, key in enumerate(keys) if not key and _identity(None, born[i], crc[i]) in borns])
-        rows = batch.take(take)
+        rows = batch.take(pa.array(take, pa.int64()))  # typed: an empty list is a null array, which ``take`` refuses
         for key, born, crc, offset, topic in zip(*(rows[c].to_pylist() for c in ("uniq_key", "born_timestamp", "body_crc", "offset", "topic"))):
             found.setdefault(_identity(key, born, crc), []).append((offset, topic))
     table = pa.Table.from_batches(queued, pa.schema([("offset", pa.int64()), ("queue_offset", pa.int64())]))
