@@ -271,6 +271,51 @@ def test_a_timer_stores_verify_walks_the_commit_log_once(monkeypatch):
     assert [stop for stop in walks if stop is None] == [None]
 
 
+@pytest.mark.parametrize("name", ["timer-crashed", "timer-small-cut-before-recovery"])
+def test_a_full_verify_gives_the_timer_check_the_commit_log_checks_walk(name, store_copy, monkeypatch):
+    """Issue #29. Before, a full ``verify`` walked the commit log for the commit log check (the cq and index checks on that walk,
+    ``sharedwalk.py``) and then again for the timer check (``timer_report``'s scan from the min offset). The timer check now takes
+    the commit log check's batches (``SharedWalk.timer_walk``), also where the cross-checks walk again (``timer-small`` zeroed
+    from a timer message on to its first segment's end: the broker's recovery starts in the second and serves the log past the
+    damage, which ``LogStream`` reads on and the timer check's walk never did). The findings, their order and the summary stay
+    those of the timer check walking alone (no shared walk)."""
+    import mqtool.scan.timer as timer_scan
+    import mqtool.verify.verification as verification
+
+    if name == "timer-crashed":
+        root = store_path("5.3.3", name)
+    else:
+        root = store_copy("5.3.3", "timer-small")
+        timers = [msg for msg in manifest("5.3.3", "timer-small")["messages"] if msg.get("timer")]
+        cut = timers[len(timers) // 2]["commitLogOffset"]
+        segment = root / "commitlog" / "00000000000000000000"
+        assert cut < segment.stat().st_size
+        _patch(segment, cut, 0, segment.stat().st_size - cut)
+    walks = []
+
+    class Counted(timer_scan.MessageScan):
+        def __init__(self, store, **kw):
+            walks.append(kw.get("walk") is None and kw.get("stop") is None)  # a walk of the log from its start, of its own
+            super().__init__(store, **kw)
+
+    def verify() -> tuple[list[dict], dict, bool]:
+        with Store.open(root) as store:
+            v = Verification(store, VerifyOptions())
+            findings = [f.as_dict() for f in v.findings()]
+            summary = v.summary.as_dict()
+        return findings, {k: summary[k] for k in summary if k not in ("elapsed_s", "throughput_bytes_per_s")}, v.cross_checks_shared
+
+    monkeypatch.setattr(timer_scan, "MessageScan", Counted)
+    findings, summary, cross_shared = verify()
+    assert walks and not any(walks)
+    assert cross_shared == (name == "timer-crashed")
+    assert any(note.startswith("timer store: ") for note in summary["notes"])
+    monkeypatch.setattr(verification, "SHARE_WALK", False)
+    walks.clear()
+    assert verify()[:2] == (findings, summary)
+    assert walks.count(True) == 1
+
+
 def test_a_walk_batch_holding_no_timer_message_and_no_delivery(monkeypatch):
     """The timer report's walk took a batch's rows carrying an identity it looks for with ``batch.take(list)``: an empty list is
     an Arrow null array, which ``take`` refuses (ArrowNotImplementedError), so a stretch of the commit log as long as a walk batch

@@ -47,7 +47,7 @@ class MessageScan:
         return self.walk.end
 
     def __iter__(self) -> Iterator:
-        for item in map(self._item, self.walk) if self.workers <= 1 else self._built_in_threads():
+        for item in map(self.build, self.walk) if self.workers <= 1 else self._built_in_threads():
             if item is not None:
                 yield item
 
@@ -68,9 +68,10 @@ class MessageScan:
                 for future in pending:  # closed early (a --limit reached, a closed pipe)
                     future.cancel()
 
-    def _item(self, segment_batch: SegmentBatch):
+    def build(self, segment_batch: SegmentBatch):
         """The record batch of one walk batch: filtered, projected (with ``then``'s result when
-        given); None when no row is left."""
+        given); None when no row is left. Also for a batch of a walk that is not this scan's
+        (``scan.timer.TimerWalk.add_rows``)."""
         if self.deciding is not None:
             mask = self.match.mask(self.deciding.build(segment_batch, segment_batch.base_offset))
             keep = compute.fill_null(mask, False).to_numpy(zero_copy_only=False)  # a null condition drops the row, as ``filter``
@@ -89,10 +90,10 @@ class MessageScan:
         return batch if self.then is None else (batch, self.then(batch))
 
     def _released_batch(self, segment_batch: SegmentBatch):
-        """``_item``, then the pages its records lie in dropped from this process (the builder
+        """``build``, then the pages its records lie in dropped from this process (the builder
         faulted back in those the walk had already released)."""
         try:
-            return self._item(segment_batch)
+            return self.build(segment_batch)
         finally:
             rows, view = segment_batch.rows, segment_batch.array.base
             mapped = getattr(view, "obj", None)

@@ -26,6 +26,7 @@ from ..formats.properties import PropertyKey
 from ..store import Store
 from ..store.lookup import QueueRange, queue_max_after_cut, queue_range
 from ..store.redispatch import dispatching_recovery, redispatch_start
+from ..store.fastscan import SegmentBatch
 from ..store.resync import record_start
 from ..store.timer import TimerLogEnd, TimerStore
 from . import compute
@@ -45,7 +46,7 @@ STATES = ("pending", "delivered", "rolled", "cancelled", "lost")
 @dataclass
 class TimerReport:
     """The rows (one per timer log unit, in log order) and where the log and the commit log end; from the same walk of the
-    commit log (``_walk``): ``queued``, the offset and queue offset of each ``rmq_sys_wheel_timer`` queue 0 record, in log
+    commit log (``TimerWalk``): ``queued``, the offset and queue offset of each ``rmq_sys_wheel_timer`` queue 0 record, in log
     order, and ``deliveries``, the (offset, topic) of the records carrying the identity of a unit's record or of a queued one."""
 
     rows: list[dict]
@@ -69,22 +70,61 @@ def _identity(uniq_key: str | None, born_timestamp: int, body_crc: int) -> str:
     return f"u:{uniq_key}" if uniq_key else f"b:{born_timestamp}:{body_crc}"
 
 
-def _walk(store: Store, identities: set[str]) -> tuple[pa.Table, dict[str, list[tuple[int, str]]], int]:
-    """One walk of the commit log: the ``queued`` and ``deliveries`` of ``TimerReport``, ``identities`` (the units' records')
-    and each queued record's identity looked for (a delivered copy follows its timer record: a batch's queued records join
-    the identities before its rows are matched); and the commit log's logical end. The identities looked for are two
-    Python sets that grow as the walk passes timer records, each row looked up once: no lookup table rebuilt per batch
-    (``is_in`` builds its hash table from the value set on every call, quadratic over millions of queued messages)."""
-    found: dict[str, list[tuple[int, str]]] = {}
-    uniqs = {i[2:] for i in identities if i.startswith("u:")}
-    borns = {i for i in identities if i.startswith("b:")}
-    queued = []
-    scan = MessageScan(store, columns=["offset", "topic", "queue_id", "queue_offset", "uniq_key", "born_timestamp", "body_crc"], check_crc=False)
-    timers = MessageFilter(topics=(fmt.TIMER_TOPIC,), queue=0)
-    for batch in scan:
-        timer = compute.filter(batch, timers.mask(batch))
+WALK_COLUMNS = ("offset", "topic", "queue_id", "queue_offset", "uniq_key", "born_timestamp", "body_crc")
+
+
+class TimerWalk:
+    """The one walk of the commit log of ``timer_report``: ``TimerReport.queued`` and ``deliveries``, and the commit log's logical
+    end (``end``). The timer log's units are read first (``units``) with their records' properties and identities; then the log's
+    batches are fed in log order (``add``): by a scan of its own (``walk``), or by ``verify``'s walk of the log
+    (``verify/sharedwalk.py``: ``add_rows``, the commit log check's batches; no second walk), ``end`` then set by its feeder."""
+
+    def __init__(self, store: Store, timer: TimerStore):
+        self.store, self.timer = store, timer
+        self.units = list(timer.log.walk())
+        records = {}
+        for unit in self.units:
+            if unit.offset_py not in records:
+                records[unit.offset_py] = _timer_record(store, unit.offset_py, unit.size_py)
+        legacy = store.legacy_properties
+        readable = {offset: r for offset, r in records.items() if r is not None}
+        props = self.props = {offset: r.property_map(legacy=legacy) for offset, r in readable.items()}
+        self.identity = {offset: _identity(props[offset].get(PropertyKey.UNIQ_KEY), r.born_timestamp, r.body_crc) for offset, r in readable.items()}
+        identities = set(self.identity.values())
+        self.uniqs = {i[2:] for i in identities if i.startswith("u:")}
+        self.borns = {i for i in identities if i.startswith("b:")}
+        self.found: dict[str, list[tuple[int, str]]] = {}
+        self.queued: list[pa.RecordBatch] = []
+        self.end: int | None = None
+        self.timers = MessageFilter(topics=(fmt.TIMER_TOPIC,), queue=0)
+        self.builder: MessageScan | None = None  # the columns of another walk's batches (``add_rows``)
+
+    def walk(self) -> "TimerWalk":
+        """Fed by a scan of its own, from the commit log's min offset to where the walk stops."""
+        scan = MessageScan(self.store, columns=list(WALK_COLUMNS), check_crc=False)
+        for batch in scan:
+            self.add(batch)
+        self.end = scan.end.offset
+        return self
+
+    def add_rows(self, batch: SegmentBatch) -> None:
+        """One batch of another walk of the log, the one ``walk``'s scan would read: its columns built as that scan builds them."""
+        if self.builder is None:
+            self.builder = MessageScan(self.store, columns=list(WALK_COLUMNS), walk=())
+        built = self.builder.build(batch)
+        if built is not None:
+            self.add(built)
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        """The next batch of the log: its ``rmq_sys_wheel_timer`` queue 0 records queued, their identities looked for from this
+        batch on (a delivered copy follows its timer record: a batch's queued records join the identities before its rows are
+        matched), and its records carrying an identity looked for kept (``found``). The identities looked for are two Python
+        sets that grow as the walk passes timer records, each row looked up once: no lookup table rebuilt per batch (``is_in``
+        builds its hash table from the value set on every call, quadratic over millions of queued messages)."""
+        uniqs, borns = self.uniqs, self.borns
+        timer = compute.filter(batch, self.timers.mask(batch))
         if len(timer):
-            queued.append(timer.select(["offset", "queue_offset"]))
+            self.queued.append(timer.select(["offset", "queue_offset"]))
             for key, born, crc in zip(*(timer[c].to_pylist() for c in ("uniq_key", "born_timestamp", "body_crc"))):
                 if key:
                     uniqs.add(key)
@@ -97,14 +137,16 @@ def _walk(store: Store, identities: set[str]) -> tuple[pa.Table, dict[str, list[
             take = sorted(take + [i for i, key in enumerate(keys) if not key and _identity(None, born[i], crc[i]) in borns])
         rows = batch.take(pa.array(take, pa.int64()))  # typed: an empty list is a null array, which ``take`` refuses
         for key, born, crc, offset, topic in zip(*(rows[c].to_pylist() for c in ("uniq_key", "born_timestamp", "body_crc", "offset", "topic"))):
-            found.setdefault(_identity(key, born, crc), []).append((offset, topic))
-    table = pa.Table.from_batches(queued, pa.schema([("offset", pa.int64()), ("queue_offset", pa.int64())]))
-    return table, found, scan.end.offset
+            self.found.setdefault(_identity(key, born, crc), []).append((offset, topic))
+
+    def queued_table(self) -> pa.Table:
+        """``TimerReport.queued``."""
+        return pa.Table.from_batches(self.queued, pa.schema([("offset", pa.int64()), ("queue_offset", pa.int64())]))
 
 
 def _delivered(deliveries: dict[str, list[tuple[int, str]]], identity: str | None, real_topic: str | None, offset: int) -> int | None:
     """Where the timer record at ``offset`` was delivered (``state`` ``delivered``): the first record of its real topic
-    carrying its identity after it (``_walk``); None if none."""
+    carrying its identity after it (``TimerWalk``); None if none."""
     return next((o for o, t in deliveries.get(identity, ()) if t == real_topic and o > offset), None)
 
 
@@ -133,16 +175,10 @@ def delivered_again(store: Store, report: TimerReport, start: int) -> int:
     return n
 
 
-def timer_report(store: Store, timer: TimerStore) -> TimerReport:
-    units = list(timer.log.walk())
-    records = {}
-    for unit in units:
-        if unit.offset_py not in records:
-            records[unit.offset_py] = _timer_record(store, unit.offset_py, unit.size_py)
-    legacy = store.legacy_properties
-    props = {offset: r.property_map(legacy=legacy) for offset, r in records.items() if r is not None}
-    identity = {offset: _identity(props[offset].get(PropertyKey.UNIQ_KEY), r.born_timestamp, r.body_crc) for offset, r in records.items() if r is not None}
-    queued, deliveries, end = _walk(store, set(identity.values()))
+def timer_report(store: Store, timer: TimerStore, walked: TimerWalk | None = None) -> TimerReport:
+    """The report of ``timer``; ``walked``: its ``TimerWalk`` already fed a walk of the log (``verify``'s), else it walks its own."""
+    walk = walked if walked is not None else TimerWalk(store, timer).walk()
+    units, props, identity, deliveries, end = walk.units, walk.props, walk.identity, walk.found, walk.end
     rows = []
     for unit in units:
         p = props.get(unit.offset_py)
@@ -163,7 +199,7 @@ def timer_report(store: Store, timer: TimerStore) -> TimerReport:
         keys = p.get(PropertyKey.KEYS, "").split() if p else []
         rows.append(dict(zip(TIMER_FIELDS, (unit.timer_log_offset, unit.magic, unit.prev_pos, unit.curr_write_time_ms, unit.delivery_time,
                                             unit.offset_py, unit.size_py, real_topic, real_queue_id, uniq_key, keys, state, delivered))))
-    return TimerReport(rows, timer.log.end, end, queued, deliveries)
+    return TimerReport(rows, timer.log.end, end, walk.queued_table(), deliveries)
 
 
 def timer_summary(store: Store, start: NextStart | None = None, *, next_count: int = 5) -> dict | None:

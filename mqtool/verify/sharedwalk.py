@@ -4,7 +4,8 @@ The commit log check walks the broker's chain first in each segment (``segments.
 CRC checked but never ending it), so ``SharedWalk`` is shown those rows (``segments.ChainReader``),
 cuts them into exactly the batches ``LogStream`` would yield (``fastscan.FastScan``'s sizes) and
 dispatches them while they are in cache (``columns.ColumnBuilder.add``), topics numbered through
-one table in walk order. Each whole batch is checked (``CrossChecks.feed``) in a thread of its own
+one table in walk order; the timer check takes them too (``scan.timer.TimerWalk``,
+``timer_walk``). Each whole batch is checked (``CrossChecks.feed``) in a thread of its own
 while the walk goes on (``handoff.Stage``), which also makes the checks first
 (``CrossChecks.begin``) and reads ahead when idle (``_ahead``). Findings are spilled to an
 unlinked temporary file and replayed after the commit log's, as if the checks had run after it.
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Generator, Iterator
 
 import numpy as np
 
+from ..errors import MqtoolError
 from ..handoff import Stage
 from ..scratch import scratch_file, working_file_error
 from ..store import fastscan as fs
@@ -30,8 +32,10 @@ from . import logstream
 from .crosscheck import CrossCheckOutcome, CrossChecks
 from .findings import Finding, replay_spilled
 from ..store.segments import ChainReader, Run, SegmentTask
+from ..store.timer import TimerStore
 
 if TYPE_CHECKING:
+    from ..scan.timer import TimerWalk
     from .verification import Verification
 
 _BEGIN = object()  # the checks' first work: made, and their findings before any record (``CrossChecks.begin``)
@@ -44,9 +48,10 @@ class SharedWalk(ChainReader):
     """Fed by ``CommitLogCheck`` (``chain``); ``result`` says whether its findings stand.
 
     ``threads``: the batches are checked in a thread beside the walk, in the order cut, so the
-    findings and their order are those of the inline run."""
+    findings and their order are those of the inline run. ``timer``: the timer check is to run
+    (``timer_walk``)."""
 
-    def __init__(self, verification: "Verification", cross: list[str], start: int, threads: bool = False):
+    def __init__(self, verification: "Verification", cross: list[str], start: int, threads: bool = False, timer: bool = False):
         store = verification.store
         self.verification = verification
         self.segments = store.commitlog.segments
@@ -58,6 +63,8 @@ class SharedWalk(ChainReader):
         self.stream_end: ScanEnd | None = None  # where the stream ends, once the chain has
         self.spill = None
         self.pending: list[Finding] = []
+        # the timer log's records read here, before the checks thread starts (``CommitLog.mapped``'s cache, not thread-safe)
+        self.timer: TimerWalk | None = self._timer_walk() if timer else None
         # FastScan(batch=BATCH, batch_bytes=BATCH_BYTES): the first batch an eighth of the most
         self.most = logstream.BATCH
         self.rows_per_batch = max(self.most // 8, 1)
@@ -186,12 +193,30 @@ class SharedWalk(ChainReader):
             builder.add(array, rows)
         self.outcome.records += rows.shape[0]
         columns = builder.build(base)
-        for finding in self.checks.feed(fs.SegmentBatch(base, array, rows), columns):
+        segment = fs.SegmentBatch(base, array, rows)
+        for finding in self.checks.feed(segment, columns):
             self.pending.append(finding)
             if len(self.pending) >= CHUNK:
                 self._spill()
+        if self.timer is not None:
+            self.timer.add_rows(segment)
         if self.checking is not None:
             self.handed.popleft()
+
+    def _timer_walk(self) -> "TimerWalk | None":
+        """The timer check's walk of the log (``scan.timer.TimerWalk``: the timer log's units read first), fed this walk's
+        batches; None without a timer store, or where its files cannot be read (the timer check then walks alone and meets
+        the failure in its turn, after the findings before it)."""
+        store = self.verification.store
+        try:
+            timer = TimerStore.open(store.root)
+            if timer is None:
+                return None
+            from ..scan.timer import TimerWalk  # pyarrow: only where there is a timer store
+
+            return TimerWalk(store, timer)
+        except (MqtoolError, OSError):
+            return None
 
     def _stop(self) -> None:
         if self.checking is not None:
@@ -221,6 +246,15 @@ class SharedWalk(ChainReader):
         if not self.verification.store.is_dledger and end.unread_by_broker(self.verification.broker_start()):
             return None  # ``LogStream`` would resume after this damage: the broker reads on
         return self
+
+    def timer_walk(self) -> "TimerWalk | None":
+        """The timer check's walk (``_timer_walk``) where it was fed the whole chain, to where it ends: the batches of the scan
+        of its own (``TimerWalk.walk``: from the min offset, never resumed after damage, whatever ``result`` says of the
+        cross-checks'); else None. After ``result`` (the checks done)."""
+        if self.timer is None or self.stream_end is None:
+            return None
+        self.timer.end = self.stream_end.offset
+        return self.timer
 
     def replay(self) -> Generator[Finding, None, CrossCheckOutcome]:
         if self.spill is not None:

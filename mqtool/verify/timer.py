@@ -21,21 +21,22 @@ from .commitlog import relative, stray_finding
 from .findings import Finding, error, info, warning
 
 if TYPE_CHECKING:
-    from ..scan.timer import Resume, TimerReport
+    from ..scan.timer import Resume, TimerReport, TimerWalk
 
 WHEEL_FILE_SIZE = fmt.WHEEL_FILE_SIZE
 
 
-def timer_findings(store: Store, start: NextStart | None = None) -> Iterator[Finding]:
+def timer_findings(store: Store, start: NextStart | None = None, walked: TimerWalk | None = None) -> Iterator[Finding]:
     """The findings; the generator's return value is a one-line summary (None without a timer store). ``start``: the broker's
-    next start, where the caller has it (else ``nextstart.next_start``)."""
-    timer = TimerStore.open(store.root)
+    next start, where the caller has it (else ``nextstart.next_start``); ``walked``: the timer store's ``scan.timer.TimerWalk``
+    fed the commit log check's walk (``sharedwalk.SharedWalk.timer_walk``), else the report walks the log itself."""
+    timer = walked.timer if walked is not None else TimerStore.open(store.root)
     if timer is None:
         return None
     yield from _load_findings(store)
     from ..scan.timer import timer_report, timer_resume  # pyarrow: only where there is a timer store
 
-    report = timer_report(store, timer)
+    report = timer_report(store, timer, walked)
     end = report.log_end
     if start is None:
         from ..store.nextstart import next_start

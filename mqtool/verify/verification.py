@@ -76,10 +76,11 @@ class Verification:
             # the cross-checks on the commit log check's own walk (one walk), in two threads beside
             # it where a second CPU is free (``sharedwalk.py``): faster than any split into
             # processes, whatever ``jobs`` (the cross-checks' own work is the longer part); with
-            # ``--only cq`` or ``index`` too, the commit log check walking for them, unheard
+            # ``--only cq`` or ``index`` too, the commit log check walking for them, unheard;
+            # the timer check's walk of the log on it too (``SharedWalk.timer_walk``)
             from .sharedwalk import SharedWalk
 
-            shared = SharedWalk(self, cross, start, threads=usable_cpus() > 1)
+            shared = SharedWalk(self, cross, start, threads=usable_cpus() > 1, timer="timer" in opts.checks)
         try:
             yield from self._checks(start, stop, cross, shared)
         finally:
@@ -93,6 +94,7 @@ class Verification:
         logical_end = None
         heard = "commitlog" in opts.checks  # else the check runs only as the walk the cross-checks read (``shared``)
         lmq = "cq" in cross and store.multi_dispatch_on
+        timer_walk = None  # the timer check's walk of the log, where the shared walk fed it (``SharedWalk.timer_walk``)
         if heard or shared is not None:
             if store.is_dledger:
                 from .dledger import DLedgerLogCheck as log_check  # DLedger modules: only for a DLedger store
@@ -123,6 +125,7 @@ class Verification:
             start = fs.scan_start(store.commitlog, start)  # a start inside a record: the next record, as the commit log check does
         if cross:
             self.cross_checks_shared = shared is not None and shared.result(logical_end) is not None
+            timer_walk = shared.timer_walk() if shared is not None else None
             self.cross_checks_threaded = self.cross_checks_shared and shared.threaded
             if self.cross_checks_shared:
                 self.cross_checks = shared.checks.checks
@@ -172,7 +175,7 @@ class Verification:
         if "timer" in opts.checks and store.root is not None:
             from .timer import timer_findings
 
-            line = yield from timer_findings(store, summary.next_start)
+            line = yield from timer_findings(store, summary.next_start, timer_walk)
             if line:
                 summary.notes.append(line)
 
