@@ -25,7 +25,7 @@ from .plans import Action, CheckpointPlan, DispatchPhase, IndexFilePlan, IndexPl
 from .queues import QueueSim
 from ..store.mappedfile import INDEX_SERVICE, LEFT_OUT
 from ..store.nextstart import first_stray_refusal
-from ..store.originals import OriginalFiles
+from ..store.originals import CHUNK, OriginalFiles
 from ..store.rules import VersionRules
 from ..store.store import stray_effects, stray_text
 from ..store.startfile import recovery_start
@@ -252,8 +252,14 @@ class ComparedIndex(IndexPlacement):
         header = self._header() if self.hdr[H_PUT] else ixfmt.IndexHeader(*self._start[:4], 0, 0)
         first, end = (ixfmt.entry_position(self.hash_slot_num, n) for n in (1, int(self.hdr[H_INDEX_COUNT])))
         if (files.holds(path, 0, np.frombuffer(ixfmt.HEADER.pack(*header), dtype=np.uint8)) and files.zeros(path, first - ixfmt.ENTRY_SIZE, first)
-                and files.holds(path, ixfmt.HEADER_SIZE, self._slots.astype(">i4").view(np.uint8)) and files.zeros(path, end, self.size)):
+                and self._slots_held(path) and files.zeros(path, end, self.size)):
             self.same.add(self.current_name)
+
+    def _slots_held(self, path: Path) -> bool:
+        """Whether the file holds the slot table, compared a chunk at a time (no big-endian copy of the whole table)."""
+        step = CHUNK // 4
+        return all(self._files.holds(path, ixfmt.HEADER_SIZE + 4 * i, self._slots[i:i + step].astype(">i4").view(np.uint8))
+                   for i in range(0, len(self._slots), step))
 
     def close(self) -> list:
         super().close()
