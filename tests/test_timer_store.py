@@ -295,7 +295,8 @@ def test_a_full_verify_gives_the_timer_check_the_commit_log_checks_walk(name, st
 
     class Counted(timer_scan.MessageScan):
         def __init__(self, store, **kw):
-            walks.append(kw.get("walk") is None and kw.get("stop") is None)  # a walk of the log from its start, of its own
+            # a walk of the log from its start, of its own (its scan on from where the records resume past damage: the same walk)
+            walks.append(kw.get("walk") is None and kw.get("stop") is None and kw.get("start") is None)
             super().__init__(store, **kw)
 
     def verify() -> tuple[list[dict], dict, bool]:
@@ -314,6 +315,50 @@ def test_a_full_verify_gives_the_timer_check_the_commit_log_checks_walk(name, st
     walks.clear()
     assert verify()[:2] == (findings, summary)
     assert walks.count(True) == 1
+
+
+@pytest.mark.parametrize("walk", ["shared", "separate", "timer alone"])
+def test_damage_before_the_recovery_start_loses_only_the_units_whose_records_it_holds(walk, store_copy, monkeypatch):
+    """``timer-small`` with 20,000 bytes of its first segment zeroed from a timer message on: the broker's recovery starts in the
+    second segment, never reads the zeros and keeps the log to its end, and its dequeue reads a unit's record wherever it lies
+    below that end (``TimerMessageStore.getMessageByCommitOffset``; ``recoverAndRevise`` reads the timer log alone, 5.3.3).
+    Before, the timer check's walk stopped at the zeros and called all 96 units from there on lost, ``timer-reference`` errors
+    "past the commit log's logical end": now the damage is reported once (the commit log check), the units whose record lies in
+    the zeros are the only ones lost, and every other unit keeps its state on the undamaged store, but for a delivered copy in
+    the zeros (pending), on the shared walk, on a separate one and on the timer check's own."""
+    import mqtool.verify.verification as verification
+
+    width = 20_000
+    with Store.open(store_path("5.3.3", "timer-small")) as store:
+        sound = {row["timer_log_offset"]: row for row in timer_report(store, TimerStore.open(store.root)).rows}
+    root = store_copy("5.3.3", "timer-small")
+    segment = root / "commitlog" / "00000000000000000000"
+    timers = [msg["commitLogOffset"] for msg in manifest("5.3.3", "timer-small")["messages"] if msg.get("timer")]
+    first = [o for o in timers if o + width < segment.stat().st_size]
+    cut = first[len(first) // 2]
+    _patch(segment, cut, 0, width)
+    zeroed = range(cut, cut + width)
+    lost = {t: row for t, row in sound.items() if row["offset"] in zeroed}
+    assert lost and any(cut + width <= row["offset"] < segment.stat().st_size for row in sound.values())  # served, in the segment
+    if walk == "separate":
+        monkeypatch.setattr(verification, "SHARE_WALK", False)
+    with Store.open(root) as store:
+        v = Verification(store, VerifyOptions(checks=("timer",)) if walk == "timer alone" else VerifyOptions())
+        findings = list(v.findings())
+        assert v.summary.next_start is None or v.summary.next_start.scan_from > cut + width
+        rows = timer_report(store, TimerStore.open(store.root)).rows
+    references = [f for f in findings if f.kind == "timer-reference"]
+    assert sorted(f.offset for f in references) == sorted(row["offset"] for row in lost.values())
+    assert not any((f.details or {}).get("past_end") for f in references)
+    if walk != "timer alone":
+        assert [f.offset for f in findings if f.kind == "damaged-range"] == [cut]
+    for row in rows:
+        before = sound[row["timer_log_offset"]]
+        moved = before["state"] == "delivered" and before["delivered_offset"] in zeroed
+        expected = "lost" if row["timer_log_offset"] in lost else "pending" if moved else before["state"]
+        assert row["state"] == expected
+    [note] = [n for n in v.summary.notes if n.startswith("timer store: ")]
+    assert f"{len(lost)} lost" in note
 
 
 def test_a_walk_batch_holding_no_timer_message_and_no_delivery(monkeypatch):

@@ -100,12 +100,29 @@ class TimerWalk:
         self.builder: MessageScan | None = None  # the columns of another walk's batches (``add_rows``)
 
     def walk(self) -> "TimerWalk":
-        """Fed by a scan of its own, from the commit log's min offset to where the walk stops."""
-        scan = MessageScan(self.store, columns=list(WALK_COLUMNS), check_crc=False)
-        for batch in scan:
-            self.add(batch)
-        self.end = scan.end.offset
-        return self
+        """Fed by a scan of its own, from the commit log's min offset to the end of the log the broker serves (``_resume``)."""
+        start = None
+        while True:
+            scan = MessageScan(self.store, start=start, columns=list(WALK_COLUMNS), check_crc=False)
+            for batch in scan:
+                self.add(batch)
+            self.end = scan.end.offset
+            start = self._resume(scan.end)
+            if start is None:
+                return self
+
+    def _resume(self, end) -> int | None:
+        """Where the scan goes on after ``end``: past damage the broker's recovery never reads (before a segment after it, and
+        before where its next start scans from, ``nextstart.scan_start_offset``), where the records resume
+        (``CommitLog.resume_after_damage``), as verify's walk (``LogStream``) and ``dump`` (``cli.common.read_on``) go on: the
+        broker keeps the log past it, and its dequeue reads a unit's record there (``getMessageByCommitOffset``); else None."""
+        store, segments = self.store, self.store.commitlog.segments
+        if store.root is None or store.is_dledger or not segments or end.offset >= segments[-1].base_offset:
+            return None
+        from ..store.nextstart import scan_start_offset
+
+        resumed = store.commitlog.resume_after_damage(end) if end.unread_by_broker(scan_start_offset(store)) else None
+        return resumed if resumed is not None and resumed > end.offset else None
 
     def add_rows(self, batch: SegmentBatch) -> None:
         """One batch of another walk of the log, the one ``walk``'s scan would read: its columns built as that scan builds them."""

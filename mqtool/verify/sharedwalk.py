@@ -249,8 +249,8 @@ class SharedWalk(ChainReader):
 
     def timer_walk(self) -> "TimerWalk | None":
         """The timer check's walk (``_timer_walk``) where it was fed the whole chain, to where it ends: the batches of the scan
-        of its own (``TimerWalk.walk``: from the min offset, never resumed after damage, whatever ``result`` says of the
-        cross-checks'); else None. After ``result`` (the checks done)."""
+        of its own (``TimerWalk.walk``) up to damage; where the broker reads on past it (``result`` declines), the cross-checks'
+        walk again feeds it from there (``Verification._cross_check``); else None. After ``result`` (the checks done)."""
         if self.timer is None or self.stream_end is None:
             return None
         self.timer.end = self.stream_end.offset

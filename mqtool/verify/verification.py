@@ -4,7 +4,7 @@ in order, the cross-checks on the commit log check's walk where they can."""
 from __future__ import annotations
 
 import time
-from typing import Generator, Iterator
+from typing import TYPE_CHECKING, Generator, Iterator
 
 from ..formats.dispatch import LmqNotifyThrows
 from ..handoff import usable_cpus
@@ -20,6 +20,9 @@ from .lmq import lmq_findings, stall_throw, throw_finding, with_stall
 from .logstream import LogStream
 from ..store.segments import store_timestamp_at
 from .state import abort_findings, checkpoint_findings, config_findings, opened_first_findings
+
+if TYPE_CHECKING:
+    from ..scan.timer import TimerWalk
 
 SHARE_WALK = True  # the cross-checks read the commit log check's walk (``sharedwalk.py``) where they can
 
@@ -136,7 +139,7 @@ class Verification:
             else:
                 if shared is not None:
                     shared.close()  # its findings do not stand: the checks walk again
-                outcome = yield from self._cross_check(cross, start, stop, logical_end)
+                outcome = yield from self._cross_check(cross, start, stop, logical_end, timer_walk)
             summary.notes.extend(outcome.notes)
             if outcome.consume_queues is not None:
                 summary.consume_queues, summary.consume_queue_entries = outcome.consume_queues, outcome.consume_queue_entries
@@ -192,9 +195,12 @@ class Verification:
             self.summary.logical_end, self.summary.end_reason = found.reported_end(end)
             self.summary.next_start = found
 
-    def _cross_check(self, cross: list[str], start: int, stop: int | None, logical_end: int | None) -> Generator[Finding, None, CrossCheckOutcome]:
+    def _cross_check(self, cross: list[str], start: int, stop: int | None, logical_end: int | None,
+                     timer: TimerWalk | None = None) -> Generator[Finding, None, CrossCheckOutcome]:
         """The cq and index checks over one stream of the valid records (``LogStream``);
-        ``logical_end``: the commit log check's, when it ran first (else the end of the files)."""
+        ``logical_end``: the commit log check's, when it ran first (else the end of the files); ``timer``: the timer check's walk,
+        fed the shared walk's batches to its ``end`` (``SharedWalk.timer_walk``), goes on with this stream's batches from there
+        (past damage the broker's recovery never reads, where the stream resumes and the shared walk stopped)."""
         store = self.store
         stream = LogStream(store, start, stop, unread_before=None if store.is_dledger else self.broker_start)
         end_guess = logical_end if logical_end is not None else store.commitlog.end_of_files
@@ -205,6 +211,10 @@ class Verification:
         yield from cross_checks.begin()
         for batch in stream.walk():
             yield from cross_checks.feed(batch)
+            if timer is not None and batch.base_offset + int(batch.rows[0, fs.COL_POS]) >= timer.end:
+                timer.add_rows(batch)
+        if timer is not None and stream.end is not None and stream.end.offset > timer.end:
+            timer.end = stream.end.offset
         outcome = CrossCheckOutcome(records=stream.records, end=stream.end)
         end = stream.end.offset if stream.end is not None and stream.end.reason != "limit" else end_guess
         return (yield from cross_checks.finish(end, outcome))
