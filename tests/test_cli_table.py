@@ -193,6 +193,25 @@ def test_a_findings_table_whose_paths_run_past_the_edge_stays_a_table(tmp_path):
     assert all(len(row) <= 100 or len(row.split()[-1]) > 40 for row in rows)
 
 
+@pytest.mark.parametrize("columns, shown", [(100, False), (120, True)])
+def test_the_line_under_recovers_findings_table_holds_without_its_fixed_by_column(tmp_path, columns, shown):
+    """Before: at 100 columns the "will still report" table of `recover` on 5.3.3's dledger-crashed-cqloss dropped its
+    optional "fixed by" column (the file paths take the room), and the line under it still pointed at "the rows with
+    'fixed by'". The line now says how many rows repair's steps remove, by step, with or without the column."""
+    from typer.testing import CliRunner
+
+    from conftest import copy_store
+    from mqtool.cli import app
+
+    store = copy_store("5.3.3", "dledger-crashed-cqloss", tmp_path / "s")
+    shown_text = CliRunner().invoke(app, ["recover", str(store), "--dry-run"], env={"COLUMNS": str(columns)}).stdout
+    lines = shown_text[shown_text.index("After this, `verify` will still report 6"):].splitlines()
+    assert ("fixed by" in lines[1]) == shown
+    said = " ".join(lines[9:11])
+    assert said.startswith("`mqtool repair` also makes the fixes the broker never makes, which remove 6 of these rows (rebuild-cq: 6).")
+    assert "'fixed by'" not in shown_text
+
+
 def test_wrap_keeps_a_quoted_path_with_spaces_on_one_line():
     """Before: `mqtool: undo with: mqtool restore '/data/rocket mq/.mqtool-backups/...' --yes` broke
     inside the quotes on a narrow terminal, and the command copied from it named no backup."""

@@ -906,8 +906,10 @@ def render_plan(console: Screen, doc: dict) -> None:
         items = plan.verify_after
         rows = [(e.kind, e.severity, e.offset, "yes" if e.lost_data else "no", e.fixed_by, e.file) for e in items]
         console.print(titled_table(f"After this, `verify` will still report {len(items)} error(s) or warning(s)", ["kind", "severity", "offset", "lost data", "fixed by", "file"], optional=["fixed by", "lost data"], rows=rows))
-        if any(e.fixed_by for e in items):
-            console.print("`mqtool repair` also makes the fixes the broker never makes (the rows with 'fixed by').")
+        fixed = [e.fixed_by for e in items if e.fixed_by]
+        if fixed:  # said without the "fixed by" column, which the table drops first where it does not fit the width
+            steps = ", ".join(f"{step}: {fixed.count(step)}" for step in sorted(set(fixed)))
+            console.print(f"`mqtool repair` also makes the fixes the broker never makes, which remove {len(fixed)} of these rows ({steps}).")
     if not plan.actions:
         console.print("No changes.")
         return
