@@ -381,3 +381,19 @@ def test_a_saved_plan_with_an_op_mqtool_does_not_apply_is_bad_input(crashed, tmp
     assert done.exit_code == EXIT_BAD_INPUT, done.stderr
     assert done.stderr.splitlines()[-1] == "mqtool: error: the plan's action 'frobnicate' is no operation mqtool applies: not a valid mqtool plan"
     assert tree(crashed) == before and not (tmp_path / "bk").exists()
+
+
+@pytest.mark.parametrize("command", ["recover", "repair", "rebuild-cq", "rebuild-index", "truncate-dirty"])
+def test_a_queue_directory_named_otherwise_than_its_id_is_refused_before_any_plan(tmp_path, command):
+    """4.9.7 ``clean-small`` with ``consumequeue/TopicTest/1`` renamed ``01``: the broker takes the id 1 from the name but reads
+    and writes queue 1 in ``TopicTest/1`` (``ConsumeQueue``'s path), never in ``01``. Before, the plans read ``01`` as queue 1
+    and repair wrote its rebuilt queue into a new ``1/`` beside it (verify then reading ``01`` still): now every write command
+    refuses (exit 4), naming both directories, and changes nothing."""
+    store = copy_store("4.9.7", "clean-small", tmp_path / "s")
+    (store / "consumequeue" / "TopicTest" / "1").rename(store / "consumequeue" / "TopicTest" / "01")
+    before = tree(store)
+    result = run(command, store, "--yes", "--backup-dir", tmp_path / "b")
+    assert result.exit_code == 4, result.output
+    assert "consumequeue/TopicTest/01: a queue directory the broker reads as queue 1 of TopicTest" in result.stderr
+    assert "consumequeue/TopicTest/1, never in this one" in result.stderr
+    assert tree(store) == before and not (tmp_path / "b").exists()

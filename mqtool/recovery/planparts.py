@@ -41,9 +41,23 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
         if (missing := store.log_folder_missing) is not None:  # an empty log: the plan would cut every queue
             raise BadInput(f"{missing}: no such folder: nothing is planned on a commit log that is elsewhere or lost (if the broker's "
                            "storePathCommitLog names another folder, pass its broker.conf with --broker-config)")
+        odd_queue_directory(store)
     unloadable_files(store)
     guess = store.version_guess  # decided: ``candidates.plan_under_candidates`` plans under each candidate
     return guess.version, given_source(store) if guess.given else f"detected: {guess.label} (evidence: mqtool info)"
+
+
+def odd_queue_directory(store: Store) -> None:
+    """Refuse a store with a queue directory named otherwise than its queue id's decimal (``01``, ``+1``): the broker takes
+    its id from the name (``Integer.parseInt``) but reads and writes that queue in ``<topic>/<id>`` (``ConsumeQueue``'s path,
+    ``DefaultMessageStore.loadConsumeQueue`` @3.2.6, 4.9.7, 5.3.3), so the files in it are never its; the store model reads them as
+    the queue's (``consumequeue.discover_queues``), and no plan is made on two readings."""
+    odd = next((q for q in store.consume_queues if q.directory.name != str(q.queue_id)), None)
+    if odd is not None:
+        rel = odd.directory.relative_to(store.root)
+        raise Refused(f"{rel}: a queue directory the broker reads as queue {odd.queue_id} of {odd.topic}, yet it reads and writes that "
+                      f"queue in {rel.parent / str(odd.queue_id)}, never in this one; no plan is made on such a store: move the directory "
+                      "aside (or, if it holds that queue, rename it) and plan again")
 
 
 def unloadable_files(store: Store) -> None:
