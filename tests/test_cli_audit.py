@@ -687,7 +687,10 @@ def test_a_store_on_a_read_only_filesystem_is_said_so_and_left_alone(tmp_path, m
     system" (the first file it opens to write), which does not say that nothing changed nor what to do."""
     import errno
 
+    from repair_support import damage_index_entry
+
     store = copy_store("4.9.7", "crashed-small", tmp_path)
+    damage_index_entry(store)  # an index file rebuild-index rewrites (it leaves alone one already holding its bytes)
     before = tree(store)
     real_open = os.open
 

@@ -9,7 +9,7 @@ import os
 import signal
 
 from conftest import copy_store
-from repair_support import mqtool
+from repair_support import damage_index_entry, mqtool
 from typer.testing import CliRunner
 
 from mqtool.apply import read_pending
@@ -57,6 +57,7 @@ def test_restores_preview_meets_the_refusal_yes_meets(tmp_path):
     store = copy_store("4.9.7", "crashed-small", tmp_path)
     assert run("recover", store, "--yes").exit_code == EXIT_OK
     (recovered,) = (tmp_path / ".mqtool-backups").iterdir()
+    damage_index_entry(store)  # an index file rebuild-index rewrites: the recover's, which it would otherwise leave as it is
     assert run("rebuild-index", store, "--yes", "--backup-dir", tmp_path / "elsewhere").exit_code == EXIT_OK
     preview, done = run("restore", recovered), run("restore", recovered, "--yes")
     said = " ".join(preview.stderr.split())
@@ -99,6 +100,7 @@ def test_an_interrupted_apply_named_from_restore_says_which_command_finishes_it(
     store = copy_store("4.9.7", "crashed-small", tmp_path)
     assert run("recover", store, "--yes").exit_code == EXIT_OK
     (recovered,) = (tmp_path / ".mqtool-backups").iterdir()
+    damage_index_entry(store)  # an index file rebuild-index rewrites: the recover's, which it would otherwise leave as it is
     killed = mqtool("rebuild-index", store, "--yes", "--backup-dir", tmp_path / "other", env={"MQTOOL_TEST_KILL_AT": "2"})
     assert killed.returncode == -signal.SIGKILL and read_pending(store) is not None, killed.stderr
     finish = f"run `mqtool rebuild-index {store} --yes` to finish it, or undo it with: mqtool restore {tmp_path / 'other'} --yes"
