@@ -50,8 +50,8 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
 def odd_queue_directory(store: Store) -> None:
     """Refuse a store with a queue directory named otherwise than its queue id's decimal (``01``, ``+1``): the broker takes
     its id from the name (``Integer.parseInt``) but reads and writes that queue in ``<topic>/<id>`` (``ConsumeQueue``'s path,
-    ``DefaultMessageStore.loadConsumeQueue`` @4.9.7, ``ConsumeQueueStore.load`` @5.3.3), so the files in it are never its; the store model reads them as
-    the queue's (``consumequeue.discover_queues``), and no plan is made on two readings."""
+    ``DefaultMessageStore.loadConsumeQueue`` @4.9.7, ``ConsumeQueueStore.load`` @5.3.3), so the files in it are never its;
+    the store model reads them as the queue's (``consumequeue.discover_queues``), and no plan is made on two readings."""
     odd = next((q for q in store.consume_queues if q.directory.name != str(q.queue_id)), None)
     if odd is not None:
         rel = odd.directory.relative_to(store.root)
