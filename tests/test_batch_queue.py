@@ -147,26 +147,6 @@ def test_verify_finds_damaged_batch_units(batch_store):
     assert (past.details["queue_id"], past.offset, past.severity.value) == (last_q, end, "warning")
 
 
-def test_batch_findings_name_the_file_in_the_directory_the_broker_loads_the_queue_from(batch_store):
-    """A queue directory ``01`` is queue 1 (``Integer.parseInt``, ``queue_id_of``). The batch check named its findings
-    ``batchconsumequeue/<topic>/1`` (a directory not there); now the unit's file in ``01`` (``FileQueue.file_at``), and for
-    records without a unit the queue's own directory."""
-    queue_id = 1
-    units = _units_by_queue()[queue_id]
-    assert len(units) > 5
-    data = bytearray(_unit_file(batch_store, queue_id).read_bytes())
-    data[BATCH_UNIT_SIZE * 2 + 8 : BATCH_UNIT_SIZE * 2 + 12] = (999).to_bytes(4, "big")  # unit 2: wrong size
-    data[BATCH_UNIT_SIZE * 4 : BATCH_UNIT_SIZE * 5] = bytes(BATCH_UNIT_SIZE)  # unit 4 invalid: the units after it are left out
-    _unit_file(batch_store, queue_id).write_bytes(bytes(data))
-    directory = batch_store / "batchconsumequeue" / TOPIC / str(queue_id)
-    directory.rename(directory.with_name(f"0{queue_id}"))
-    findings, _ = _findings(batch_store)
-    named = f"batchconsumequeue/{TOPIC}/0{queue_id}"
-    assert sorted((f.kind, f.file) for f in findings) == [("cq-entry-mismatch", f"{named}/{0:020d}"), ("cq-entry-missing", named),
-                                                          ("cq-invalid-unit", f"{named}/{0:020d}")]
-    assert [f.details["count"] for f in findings if f.kind == "cq-entry-missing"] == [len(units) - 4]
-
-
 def test_a_batch_queue_file_of_another_length_is_found(batch_store):
     """5.x ``MappedFileQueue.load`` refuses a batch consume queue file of another length than the
     others (the broker does not start), as it does a consume queue file: ``cq-file-size``."""

@@ -180,25 +180,6 @@ def test_verify_finds_damaged_lmq_queues(store_copy):
     assert set(by_kind) == {"cq-entry-missing", "cq-entry-mismatch", "cq-entry-beyond-end"}
 
 
-def test_lmq_findings_name_the_file_in_the_directory_the_broker_loads_the_queue_from(store_copy):
-    """A queue directory ``00`` is queue 0 (``Integer.parseInt``, ``queue_id_of``). The LMQ check named its findings
-    ``consumequeue/<name>/0`` (a directory not there), and on its own (the queues not listed by the cq check) read
-    that directory: every entry missing. Now it reads the listed queue and names the unit's file (``ConsumeQueue.unit_file``)."""
-    from mqtool.verify.lmq import lmq_findings
-
-    root = store_copy("5.3.3", "lmq-small")
-    room = root / "consumequeue" / "%LMQ%chat-room-1"
-    data = bytearray((room / "0" / f"{0:020d}").read_bytes())
-    data[20 * 2 + 8 : 20 * 2 + 12] = (999).to_bytes(4, "big")  # entry 2: wrong size
-    (room / "0" / f"{0:020d}").write_bytes(bytes(data))
-    (room / "0").rename(room / "00")
-    findings, _ = _cq_findings(root)
-    with Store.open(root) as store:
-        alone = list(lmq_findings(store))
-    for found in (findings, alone):
-        assert [(f.kind, f.details["queue_offset"], f.file) for f in found] == [("cq-entry-mismatch", 2, f"consumequeue/%LMQ%chat-room-1/00/{0:020d}")]
-
-
 def test_verify_reads_the_lmq_records_past_damage_the_broker_never_reads(store_copy):
     """Zeros in the first segment, before the one the broker's recovery scans from (damage seed 800187): the
     broker serves the records after them, and so do their LMQ entries. The LMQ check used to take where its own

@@ -95,11 +95,6 @@ class FileQueue:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.topic!r}, {self.queue_id})"
 
-    def file_at(self, position: int) -> Path:
-        """The file holding the queue's byte ``position``, there or not: named by its first byte's offset in the queue's
-        own directory (``MappedFileQueue.findMappedFileByOffset``; a directory ``01`` is queue 1, ``queue_id_of``)."""
-        return self.directory / offset_file_name(position - position % self.file_size)
-
     def after(self, entry: StrayEntry) -> bool:
         """Whether a file of the queue sorts after ``entry`` (what a load that stops at it leaves out)."""
         return any(path.name > entry.path.name for _, path in self.files)
@@ -154,8 +149,10 @@ class ConsumeQueue(FileQueue):
         return runs
 
     def unit_file(self, queue_offset: int) -> Path:
-        """The file of the queue holding the unit of ``queue_offset``, there or not (``file_at``)."""
-        return self.file_at(queue_offset * ENTRY_SIZE)
+        """The file of the queue holding the unit of ``queue_offset``, there or not: named by its first unit's byte offset
+        (``MappedFileQueue.findMappedFileByOffset``)."""
+        logical = queue_offset * ENTRY_SIZE
+        return self.directory / offset_file_name(logical - logical % self.file_size)
 
     def read_entry(self, queue_offset: int) -> fmt.ConsumeQueueEntry | None:
         """The unit at ``queue_offset`` (one ``pread``), None past its file's mapped bytes."""

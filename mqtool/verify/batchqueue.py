@@ -15,7 +15,6 @@ from typing import Iterator
 from ..formats.dispatch import batch_unit_span
 from ..store import Store
 from ..store.batchconsumequeue import UNIT_SIZE, BatchConsumeQueue, valid_mask
-from .commitlog import relative
 from .consumequeue import wrong_length_files
 from .findings import Finding, error, warning
 
@@ -57,11 +56,12 @@ def batch_queue_findings(store: Store, start: int | None = None, stop: int | Non
         want = expected.pop((queue.topic, queue.queue_id), {})
         units += yield from _queue_findings(store, queue, want, end, start, stop)
     for (topic, queue_id), want in sorted(expected.items()):  # records of a BatchCQ topic in a queue with no directory
-        yield from _missing(store, BatchConsumeQueue(topic, queue_id, store.path("batchconsumequeue", topic, str(queue_id))), want, set())
+        yield from _missing(BatchConsumeQueue(topic, queue_id, store.path("batchconsumequeue", topic, str(queue_id))), want, set())
     return f"{len(queues)} batch consume queue(s) checked against the records, {units} units"
 
 
 def _queue_findings(store: Store, queue: BatchConsumeQueue, want: dict[int, tuple], end: int, start: int | None, stop: int | None) -> Iterator[Finding]:
+    rel = f"batchconsumequeue/{queue.topic}/{queue.queue_id}"
     yield from wrong_length_files(store, queue, "batch consume queue", {"queue_kind": "batch"})
     have = set()
     count = 0
@@ -71,7 +71,6 @@ def _queue_findings(store: Store, queue: BatchConsumeQueue, want: dict[int, tupl
         if start is not None and unit.phys_offset < start or stop is not None and unit.phys_offset >= stop:
             continue
         details = {"topic": queue.topic, "queue_id": queue.queue_id, "queue_kind": "batch", "unit_position": unit.position, "queue_offset": unit.msg_base_offset}
-        file = relative(store, queue.file_at(unit.position))
         wanted = want.get(unit.phys_offset)
         found = (unit.size, unit.tags_code, unit.store_time, unit.msg_base_offset, unit.batch_size)
         if wanted is not None:
@@ -79,20 +78,19 @@ def _queue_findings(store: Store, queue: BatchConsumeQueue, want: dict[int, tupl
                 if expected_value is not None and expected_value != found_value:
                     yield error("cq-entry-mismatch", f"{queue.topic}/{queue.queue_id} batch unit at byte {unit.position} points to the record at {unit.phys_offset} "
                                 f"but its {name} is {found_value}, the record's is {expected_value}",
-                                file=file, offset=unit.phys_offset, expected=expected_value, found=found_value, details={**details, "field": name})
+                                file=rel, offset=unit.phys_offset, expected=expected_value, found=found_value, details={**details, "field": name})
         elif unit.phys_offset >= end:
             yield warning("cq-entry-beyond-end", f"{queue.topic}/{queue.queue_id} batch unit at byte {unit.position} points at {unit.phys_offset}, past the commit log's logical end {end} "
-                          "(the broker's recovery deletes it: truncateDirtyLogicFiles)",
-                          file=file, offset=unit.phys_offset, expected=f"< {end}", found=unit.phys_offset, details=details)
+                          "(the broker's recovery deletes it: truncateDirtyLogicFiles)", file=rel, offset=unit.phys_offset, expected=f"< {end}", found=unit.phys_offset, details=details)
         else:
             yield error("cq-entry-dangling", f"{queue.topic}/{queue.queue_id} batch unit at byte {unit.position} points at {unit.phys_offset}, where no record of this queue starts",
-                        file=file, offset=unit.phys_offset, details=details)
-    yield from _units_after_stop(store, queue)
-    yield from _missing(store, queue, want, have)
+                        file=rel, offset=unit.phys_offset, details=details)
+    yield from _units_after_stop(queue, rel)
+    yield from _missing(queue, want, have)
     return count
 
 
-def _units_after_stop(store: Store, queue: BatchConsumeQueue) -> Iterator[Finding]:
+def _units_after_stop(queue: BatchConsumeQueue, rel: str) -> Iterator[Finding]:
     """Valid units after the first invalid one: the broker's recovery ends the queue there."""
     stop = queue.recover()
     valid = 0
@@ -102,13 +100,12 @@ def _units_after_stop(store: Store, queue: BatchConsumeQueue) -> Iterator[Findin
     if valid:
         yield error("cq-invalid-unit", f"{queue.topic}/{queue.queue_id}: the batch unit at byte {stop} is invalid (offset < 0, size <= 0, msgBaseOffset < 0 or batchSize <= 0) "
                     f"and {valid} valid unit(s) follow: the broker's recovery ends the queue there, their messages cannot be consumed",
-                    file=relative(store, queue.file_at(stop)),
-                    details={"topic": queue.topic, "queue_id": queue.queue_id, "queue_kind": "batch", "unit_position": stop, "valid_after": valid})
+                    file=rel, details={"topic": queue.topic, "queue_id": queue.queue_id, "queue_kind": "batch", "unit_position": stop, "valid_after": valid})
 
 
-def _missing(store: Store, queue: BatchConsumeQueue, want: dict[int, tuple], have: set[int]) -> Iterator[Finding]:
-    """Each run of the wanted records (by offset) that have no unit, named by the queue's directory (where a unit
-    would be depends on the units before it)."""
+def _missing(queue: BatchConsumeQueue, want: dict[int, tuple], have: set[int]) -> Iterator[Finding]:
+    """Each run of the wanted records (by offset) that have no unit."""
+    rel = f"batchconsumequeue/{queue.topic}/{queue.queue_id}"
     for lacking, run in groupby(sorted(want), key=lambda offset: offset not in have):
         if not lacking:
             continue
@@ -117,5 +114,4 @@ def _missing(store: Store, queue: BatchConsumeQueue, want: dict[int, tuple], hav
         details = {"topic": queue.topic, "queue_id": queue.queue_id, "queue_kind": "batch", "count": len(run), "first_queue_offset": first,
                    "last_queue_offset": last, "last_offset": run[-1]}
         yield error("cq-entry-missing", f"{queue.topic}/{queue.queue_id}: {len(run)} record(s) from offset {run[0]} to {run[-1]} have no "
-                    "batch consume queue unit (consumers of this queue never see them)",
-                    file=relative(store, queue.directory), offset=run[0], details=details)
+                    "batch consume queue unit (consumers of this queue never see them)", file=rel, offset=run[0], details=details)

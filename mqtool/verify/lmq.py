@@ -16,8 +16,8 @@ from typing import Callable, Generator, Iterator
 from ..formats.dispatch import (LMQ_PREFIX, NO_MULTI_DISPATCH, DispatchThrows, LmqNotifyThrows, LmqOffsetThrows, NoPropertiesThrows,
                                 multi_dispatch_targets)
 from ..store import Store
+from ..store.consumequeue import queue_id_of
 from ..store.nextstart import NextStart
-from .commitlog import relative
 from .findings import Finding, error, warning
 
 _COLUMNS = ["offset", "topic", "queue_id", "size", "tags_code", "transaction_type", "properties"]
@@ -190,13 +190,15 @@ def lmq_findings(store: Store, start: int | None = None, stop: int | None = None
     if not names:
         return None
     entries = 0
-    listed = {(q.topic, q.queue_id): q for q in store.consume_queues if q.topic in names}  # in the directories the broker loads them from
     for name in sorted(names):
-        for queue_id in sorted({q for n, q in listed if n == name} | {q for n, q in expected if n == name}):
+        queue_dirs = sorted(p for p in store.path("consumequeue", name).iterdir() if p.is_dir()) if store.path("consumequeue", name).is_dir() else []
+        queue_ids = {q for p in queue_dirs if (q := queue_id_of(p.name)) is not None} | {q for n, q in expected if n == name}
+        for queue_id in sorted(queue_ids):
             want = expected.get((name, queue_id), {})
-            queue = listed.get((name, queue_id)) or store.consume_queue(name, queue_id)
+            queue = store.consume_queue(name, queue_id)
             have = {e.queue_offset: (e.phys_offset, e.size, e.tags_code) for e in queue.entries() if not e.is_filler}
             entries += len(have)
+            rel = f"consumequeue/{name}/{queue_id}"
             for queue_offset, unit in sorted(have.items()):
                 if start is not None and unit[0] < start or stop is not None and unit[0] >= stop:
                     continue
@@ -204,21 +206,20 @@ def lmq_findings(store: Store, start: int | None = None, stop: int | None = None
                 if wanted == unit:
                     continue
                 details = {"topic": name, "queue_id": queue_id, "queue_offset": queue_offset}
-                file = relative(store, queue.unit_file(queue_offset))
                 if wanted is not None:
                     yield error("cq-entry-mismatch", f"{name}/{queue_id} entry {queue_offset} is (offset {unit[0]}, size {unit[1]}, tags {unit[2]}); the record that dispatched it says (offset {wanted[0]}, size {wanted[1]}, tags {wanted[2]})",
-                                file=file, offset=unit[0], expected=list(wanted), found=list(unit), details=details)
+                                file=rel, offset=unit[0], expected=list(wanted), found=list(unit), details=details)
                 elif unit[0] >= end:
                     yield warning("cq-entry-beyond-end", f"{name}/{queue_id} entry {queue_offset} points at {unit[0]}, past the commit log's logical end {end}",
-                                  file=file, offset=unit[0], expected=f"< {end}", found=unit[0], details=details)
+                                  file=rel, offset=unit[0], expected=f"< {end}", found=unit[0], details=details)
                 else:
                     yield error("cq-entry-dangling", f"{name}/{queue_id} entry {queue_offset} points at {unit[0]}, where no record dispatched to this LMQ queue at that offset",
-                                file=file, offset=unit[0], details=details)
+                                file=rel, offset=unit[0], details=details)
             missing = sorted(q for q in want if q not in have)
             for first, last in adjacent_runs(missing):
                 details = {"topic": name, "queue_id": queue_id, "first_queue_offset": first, "last_queue_offset": last, "count": last - first + 1}
                 yield error("cq-entry-missing", f"{name}/{queue_id}: {last - first + 1} record(s) carrying this LMQ queue have no entry (queue offsets {first}..{last})",
-                            file=relative(store, queue.unit_file(first)), offset=want[first][0], details=details)
+                            file=rel, offset=want[first][0], details=details)
     return f"{len(names)} LMQ queue(s) checked against the records' INNER_MULTI_DISPATCH, {entries} entries"
 
 
