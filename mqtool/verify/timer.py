@@ -107,9 +107,9 @@ def _reference_findings(store: Store, report: TimerReport) -> Iterator[Finding]:
             yield info("timer-reference", f"timer log unit at {row['timer_log_offset']} names offset {row['offset']}, before the commit log's min offset {min_offset} (expired)",
                        file="timerlog", offset=row["offset"], details=where)
         elif row["offset"] >= report.commitlog_end:
-            yield error("timer-reference", f"timer log unit at {row['timer_log_offset']} names offset {row['offset']}, past the commit log's logical end {report.commitlog_end}: "
-                        "its dequeue reads nothing there and drops the timer, or, once new messages fill that offset, an unrelated one it retries forever "
-                        "(apache/rocketmq#10668)",
+            yield error("timer-reference", f"timer log unit at {row['timer_log_offset']} names offset {row['offset']}, past the commit log's "
+                        f"logical end {report.commitlog_end}: its dequeue reads nothing there and drops the timer, or, once new messages fill "
+                        "that offset, an unrelated one it retries forever (apache/rocketmq#10668)",
                         file="timerlog", offset=row["offset"], expected=f"< {report.commitlog_end}", found=row["offset"], details={**where, "past_end": True})
         else:
             yield error("timer-reference", f"timer log unit at {row['timer_log_offset']}: no {fmt.TIMER_TOPIC} record of {row['size']} bytes at offset {row['offset']}",
