@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -97,6 +98,10 @@ def pytest_configure(config):
     ``PYTEST_DEBUG_TEMPROOT`` given: theirs."""
     if config.option.basetemp is None and "PYTEST_DEBUG_TEMPROOT" not in os.environ and (root := memory_temproot()):
         os.environ["PYTEST_DEBUG_TEMPROOT"] = root
+    # Ctrl-C as a shell gives it: pytest-xdist's workers start with SIGINT ignored, which a command the tests start inherits
+    # (an ignored signal stays ignored across exec), so the Ctrl-C tests passed or failed by which worker ran them (the one
+    # whose Spark tests had installed a handler of their own, or the other)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 TIMING_FIELDS = {"elapsed_s", "throughput_bytes_per_s", "created_ms"}  # the run itself, not the store
