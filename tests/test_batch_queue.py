@@ -167,3 +167,21 @@ def test_inner_batch_span_follows_the_broker_dispatch():
     assert java_parse_int("9223372036854775807", 64) == 2**63 - 1
     with pytest.raises(ValueError):
         java_parse_int("2147483648")
+
+
+def test_a_batch_queue_directory_plus_1_is_never_read_its_queue_1_is_empty(batch_store):
+    """``batchconsumequeue/TopicTest/1`` renamed ``+1``: ``ConsumeQueueStore.load`` takes queue id 1 from the name
+    (``Integer.parseInt``) but its ``BatchConsumeQueue`` reads and writes ``TopicTest/1`` (5.0.0-5.3.3), so the queue is empty.
+    Before, the store model read ``+1`` as queue 1 and verify found nothing; now ``+1`` is a ``cq-directory-unread`` warning
+    and queue 1's records have no unit, in ``TopicTest/1``."""
+    (batch_store / "batchconsumequeue" / TOPIC / "1").rename(batch_store / "batchconsumequeue" / TOPIC / "+1")
+    units = _units_by_queue()[1]
+    with Store.open(batch_store) as store:
+        assert [(q.queue_id, q.directory.name, q.files) for q in store.batch_consume_queues if q.queue_id == 1] == [(1, "1", [])]
+    findings, _ = _findings(batch_store)
+    assert [(f.kind, f.file, f.offset, f.expected, f.found) for f in findings] == [
+        ("cq-directory-unread", f"batchconsumequeue/{TOPIC}/+1", None, f"batchconsumequeue/{TOPIC}/1", "+1"),
+        ("cq-entry-missing", f"batchconsumequeue/{TOPIC}/1", units[0]["phys_offset"], None, None)]
+    assert findings[0].details == {"topic": TOPIC, "queue_id": 1, "read_from": f"batchconsumequeue/{TOPIC}/1", "files": 1, "queue_kind": "batch"}
+    assert findings[0].message.startswith("a batch consume queue directory the broker never reads: it takes queue id 1 of TopicTest")
+    assert findings[1].details["count"] == len(units)

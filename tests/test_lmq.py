@@ -157,6 +157,22 @@ def test_lmq_queue_directories_are_read_as_the_broker_loads_them(store_copy):
     assert any(line.startswith("6 LMQ queue(s) checked") for line in summary.notes)
 
 
+def test_an_lmq_queue_directory_00_is_never_read_its_queue_0_is_empty(store_copy):
+    """``%LMQ%chat-room-1/0`` renamed ``00``: the broker takes queue id 0 from the name but its queue reads and writes
+    ``%LMQ%chat-room-1/0`` (``discover_queues``), so the queue is empty. Before, the store model read ``00`` as queue 0 and verify
+    found nothing; now ``00`` is a ``cq-directory-unread`` warning and every entry the records owe the queue is missing, in ``0``."""
+    root = store_copy("5.3.3", "lmq-small")
+    (root / "consumequeue" / "%LMQ%chat-room-1" / "0").rename(root / "consumequeue" / "%LMQ%chat-room-1" / "00")
+    expected = _lmq_expected("%LMQ%chat-room-1")
+    findings, summary = _cq_findings(root)
+    assert [(f.kind, f.file, f.offset, f.expected, f.found) for f in findings] == [
+        ("cq-directory-unread", "consumequeue/%LMQ%chat-room-1/00", None, "consumequeue/%LMQ%chat-room-1/0", "00"),
+        ("cq-entry-missing", "consumequeue/%LMQ%chat-room-1/0", expected[0][1], None, None)]
+    assert findings[1].details == {"topic": "%LMQ%chat-room-1", "queue_id": 0, "first_queue_offset": 0, "last_queue_offset": len(expected) - 1,
+                                   "count": len(expected)}
+    assert any(line.startswith("6 LMQ queue(s) checked") for line in summary.notes)
+
+
 def test_verify_finds_damaged_lmq_queues(store_copy):
     root = store_copy("5.3.3", "lmq-small")
     shutil.rmtree(root / "consumequeue" / "%LMQ%user_42")

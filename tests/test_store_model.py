@@ -273,13 +273,14 @@ def test_index_geometry_is_inferred_from_content_for_any_ratio(tmp_path):
 
 
 def test_repair_names_a_queue_file_in_the_directory_the_broker_loads_the_queue_from(tmp_path):
-    """A queue directory ``01`` is queue 1 (``Integer.parseInt``, ``queue_id_of``). Verify names its files in that directory;
-    repair's ``queue_file`` (the rows it expects after a recovery) joined ``consumequeue/TopicTest/1`` itself: a file not
-    there. Now both ask the queue (``ConsumeQueue.unit_file``)."""
+    """A queue directory ``01`` gives queue 1 (``Integer.parseInt``, ``queue_id_of``), whose ``ConsumeQueue`` reads and writes
+    ``TopicTest/1``, never ``01`` (``discover_queues``). Repair's ``queue_file`` (the rows it expects after a recovery) and verify
+    both ask the queue (``ConsumeQueue.unit_file``): the file the broker reads, there or not. Before, both named ``01``'s file."""
     from mqtool.recovery.repair import queue_file
 
     root = copy_store("4.9.7", "clean-small", tmp_path)
     (root / "consumequeue" / "TopicTest" / "1").rename(root / "consumequeue" / "TopicTest" / "01")
     with Store.open(root) as store:
         queue = next(q for q in store.consume_queues if (q.topic, q.queue_id) == ("TopicTest", 1))
-        assert queue_file(store, "TopicTest", 1, 0) == str(queue.files[0][1].relative_to(root)) == "consumequeue/TopicTest/01/00000000000000000000"
+        assert queue.files == []
+        assert queue_file(store, "TopicTest", 1, 0) == str(queue.unit_file(0).relative_to(root)) == "consumequeue/TopicTest/1/00000000000000000000"

@@ -50,11 +50,12 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
 def odd_queue_directory(store: Store) -> None:
     """Refuse a store with a queue directory named otherwise than its queue id's decimal (``01``, ``+1``): the broker takes
     its id from the name (``Integer.parseInt``) but reads and writes that queue in ``<topic>/<id>`` (``ConsumeQueue``'s path,
-    ``DefaultMessageStore.loadConsumeQueue`` @4.9.7, ``ConsumeQueueStore.load`` @5.3.3), so the files in it are never its;
-    the store model reads them as the queue's (``consumequeue.discover_queues``), and no plan is made on two readings."""
-    odd = next((q for q in store.consume_queues if q.directory.name != str(q.queue_id)), None)
+    ``DefaultMessageStore.loadConsumeQueue`` @4.9.7, ``ConsumeQueueStore.load`` @5.3.3), so the files in it are never its.
+    The store model reads the queue where the broker does (``consumequeue.discover_queues``; verify's ``cq-directory-unread``),
+    but no plan, backup or restore is proven beside such a directory (repair's file fixes still list its entries): none is made."""
+    odd = next((d for d in store.queue_directories if not d.read), None)
     if odd is not None:
-        rel = odd.directory.relative_to(store.root)
+        rel = odd.path.relative_to(store.root)
         raise Refused(f"{rel}: a queue directory the broker reads as queue {odd.queue_id} of {odd.topic}, yet it reads and writes that "
                       f"queue in {rel.parent / str(odd.queue_id)}, never in this one; no plan is made on such a store: move the directory "
                       "aside (or, if it holds that queue, rename it) and plan again")

@@ -286,8 +286,8 @@ def infer_queue_file_size(consumequeue_dir: Path) -> int | None:
 
 
 def queue_file_sizes(directory: Path) -> list[int]:
-    """The sizes of the non-empty files of every ``<topic>/<queueId>/`` under ``directory``."""
-    return [size for t in _subdirs(directory) for q in _subdirs(t) for _, p in offset_named_files(q) if (size := p.stat().st_size)]
+    """The sizes of the non-empty files of every queue the broker reads under ``directory`` (``queue_directories``)."""
+    return [size for d in queue_directories(directory) if d.read for _, p in offset_named_files(d.path) if (size := p.stat().st_size)]
 
 
 def _subdirs(directory: Path) -> list[Path]:
@@ -306,9 +306,32 @@ def queue_id_of(name: str) -> int | None:
     return java_int_or_none(name)
 
 
-def discover_queues(directory: Path, file_size: int, kind: type[FileQueue] = ConsumeQueue) -> list:
-    """Every ``<topic>/<queueId>`` queue (of ``kind``) under ``directory`` (``consumequeue/``,
-    ``batchconsumequeue/``) the broker loads (``queue_id_of``), by topic and id."""
-    queues = (kind(t.name, queue_id, q, file_size)
-              for t in _subdirs(directory) for q in _subdirs(t) if (queue_id := queue_id_of(q.name)) is not None)
-    return sorted(queues, key=lambda q: (q.topic, q.queue_id))
+class QueueDirectory(NamedTuple):
+    """A directory under a topic's folder whose name ``loadConsumeQueue`` takes a queue id from (``queue_id_of``)."""
+
+    topic: str
+    queue_id: int
+    path: Path
+
+    @property
+    def read(self) -> bool:
+        """Whether the broker reads the queue here: its ``ConsumeQueue`` reads and writes ``<topic>/<id>`` (the constructor's
+        ``storePath/topic/queueId``) whatever name gave the id, so a directory named otherwise (``01``, ``+1``) is never read."""
+        return self.path.name == str(self.queue_id)
+
+
+def queue_directories(directory: Path) -> list[QueueDirectory]:
+    """Every directory under a ``<topic>/`` of ``directory`` (``consumequeue/``, ``batchconsumequeue/``) the broker's load
+    takes a queue id from (``queue_id_of``), by path: the one listing every reader of the queues starts from."""
+    return [QueueDirectory(t.name, queue_id, q) for t in _subdirs(directory) for q in _subdirs(t) if (queue_id := queue_id_of(q.name)) is not None]
+
+
+def discover_queues(directory: Path, file_size: int, kind: type[FileQueue] = ConsumeQueue, found: list[QueueDirectory] | None = None) -> list:
+    """Every queue (of ``kind``) the broker loads under ``directory``, by topic and id: one for each id ``queue_directories``
+    (or ``found``, its listing) finds, in ``<topic>/<id>``. ``loadConsumeQueue`` (3.2.6-4.9.8; ``ConsumeQueueStore.load``
+    from 5.0.0, batch queues too) makes a queue for every directory it takes an id from, but each reads and writes
+    ``<topic>/<id>`` (``ConsumeQueue``'s, ``BatchConsumeQueue``'s constructor): a queue whose directory is named otherwise
+    (``01``) alone is empty (``MappedFileQueue.load`` lists nothing), and a second directory of the id replaces the
+    queue by one of the same path (``putConsumeQueue``). Such a directory is never read (``QueueDirectory.read``)."""
+    found = queue_directories(directory) if found is None else found
+    return [kind(topic, queue_id, directory / topic / str(queue_id), file_size) for topic, queue_id in sorted({(d.topic, d.queue_id) for d in found})]

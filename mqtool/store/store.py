@@ -27,7 +27,7 @@ from ..formats import markers
 from ..formats.dispatch import LMQ_PREFIX, parse_delay_levels
 from .commitlog import CommitLog, Segment
 from .config import StoreConfig
-from .consumequeue import ConsumeQueue, discover_queues, infer_queue_file_size
+from .consumequeue import ConsumeQueue, QueueDirectory, discover_queues, infer_queue_file_size, queue_directories
 from .index import IndexFile, IndexGeometry, index_strays, list_index_files, store_index_geometry
 from .mappedfile import CREATED, DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED, unmounted_text
 from .mappedfile import MappedFile, StrayEntry
@@ -441,8 +441,15 @@ class Store:
         return (self.root is not None and infer_queue_file_size(self.path("consumequeue"))) or 300_000 * 20
 
     @cached_property
+    def queue_directories(self) -> list[QueueDirectory]:
+        """The directories under ``consumequeue/``'s topics the broker takes a queue id from (``consumequeue.queue_directories``),
+        those it never reads too (``QueueDirectory.read``): listed once for ``consume_queues`` and the checks of such directories."""
+        return [] if self.root is None else queue_directories(self.path("consumequeue"))
+
+    @cached_property
     def consume_queues(self) -> list[ConsumeQueue]:
-        return [] if self.root is None else discover_queues(self.path("consumequeue"), self.consume_queue_file_size)
+        """The queues the broker loads from ``consumequeue/``, each in ``<topic>/<id>`` (``consumequeue.discover_queues``)."""
+        return [] if self.root is None else discover_queues(self.path("consumequeue"), self.consume_queue_file_size, found=self.queue_directories)
 
     @cached_property
     def batch_consume_queues(self) -> list[BatchConsumeQueue]:

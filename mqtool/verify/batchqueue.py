@@ -15,7 +15,8 @@ from typing import Iterator
 from ..formats.dispatch import batch_unit_span
 from ..store import Store
 from ..store.batchconsumequeue import UNIT_SIZE, BatchConsumeQueue, valid_mask
-from .consumequeue import wrong_length_files
+from ..store.consumequeue import queue_directories
+from .consumequeue import unread_directory_findings, wrong_length_files
 from .findings import Finding, error, warning
 
 FIELDS = ("size", "tags_code", "store_time", "msg_base_offset", "batch_size")
@@ -50,6 +51,7 @@ def batch_queue_findings(store: Store, start: int | None = None, stop: int | Non
     queues = store.batch_consume_queues
     if not queues:
         return None
+    yield from unread_directory_findings(store, queue_directories(store.path("batchconsumequeue")), "batch consume queue", {"queue_kind": "batch"})
     expected, end = expected_batch_units(store, {q.topic for q in queues}, start, stop)
     units = 0
     for queue in queues:

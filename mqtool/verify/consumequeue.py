@@ -27,9 +27,9 @@ from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey
 from ..errors import MqtoolError
 from ..store import ConsumeQueue, Store
-from ..store.consumequeue import READ_BELOW, has_queue_directory
+from ..store.consumequeue import READ_BELOW, QueueDirectory, has_queue_directory
 from ..store import fastscan as fs
-from ..store.mappedfile import MappedFile, stray_after
+from ..store.mappedfile import MappedFile, offset_named_files, stray_after
 from ..store.nextstart import refused_by
 from ..store.store import empty_not_last
 from ._consumequeue import COLUMNS, decode_units, join_groups, queue_groups
@@ -363,6 +363,27 @@ def wrong_length_files(store: Store, queue, what: str = "consume queue", details
         yield stray_finding(store, "cq-stray-entry", entry, queue.file_size, queue.after(entry), f"{what} file", f"{label}'s folder", details)
 
 
+def unread_directory_findings(store: Store, found: list[QueueDirectory], what: str = "consume queue", details: dict | None = None
+                              ) -> Iterator[Finding]:
+    """``cq-directory-unread`` for each directory of ``found`` the broker never reads (``QueueDirectory.read``): its load takes
+    the queue id from the name (``Integer.parseInt``: ``01``, ``+1``), but the queue it makes reads and writes ``<topic>/<id>``
+    (``consumequeue.discover_queues``), an empty queue where that is missing, and nothing reads or writes this one. The
+    queue's records get entries only as a dispatch reaches them, none from here: the reput starts at the queues' highest
+    ``maxPhysicOffset`` (``DefaultMessageStore.start``), so ``cq-entry-missing`` says which, and whether the next start writes
+    them. A warning: no load fails on it, and what it holds is no queue's."""
+    for directory in found:
+        if directory.read:
+            continue
+        queue_dir = directory.path.parent / str(directory.queue_id)
+        rel, read, files = relative(store, directory.path), relative(store, queue_dir), len(offset_named_files(directory.path))
+        yield warning("cq-directory-unread", f"a {what} directory the broker never reads: it takes queue id {directory.queue_id} of "
+                      f"{directory.topic} from the name (Integer.parseInt) but reads and writes that queue in {read}"
+                      f"{'' if queue_dir.is_dir() else ', which is missing (an empty queue)'}, so the {files} file(s) here are never served "
+                      f"and no start rebuilds the queue from them; move it aside (or, if it holds that queue and {read} is missing, rename it)",
+                      file=rel, expected=read, found=directory.path.name,
+                      details={"topic": directory.topic, "queue_id": directory.queue_id, "read_from": read, "files": files, **(details or {})})
+
+
 class ConsumeQueueCheck(FindingSink):
     """Feed every batch of valid records in offset order (``on_columns``, or ``on_batch`` when
     the join declines it), then ``finish``."""
@@ -383,6 +404,8 @@ class ConsumeQueueCheck(FindingSink):
         self.batch_topics = {p.name for p in batch_dir.iterdir() if p.is_dir()} if batch_dir.is_dir() else set()
         self.dedup_by_end = bool(store.eras_where("cq_dedup_by_end"))  # rules §3.4: maxPhysicOffset = offset + size
         self.chunk_units = chunk_units(sum(1 for q in store.consume_queues if not q.topic.startswith(LMQ_PREFIX)))  # the windows loaded
+        for finding in unread_directory_findings(store, store.queue_directories):  # LMQ queues' too
+            self.emit(finding)
         for queue in store.consume_queues:
             for finding in wrong_length_files(store, queue):  # LMQ queues too: the broker loads them as it loads the others
                 self.emit(finding)
@@ -660,7 +683,8 @@ class ConsumeQueueCheck(FindingSink):
                        f"the broker will not rebuild them by itself ({self.redispatch_why}); consumers never see these messages")
         lost = not rebuilt or stall is not None and not stall[0].undecided  # an undecided stall (lmq.stall_of says what decides) warns
         rebuilt = rebuilt and not stall
-        where = "its consume queue directory is missing" if cursor.queue is None else "they have no consume queue entries"
+        unlisted = cursor.queue is None or not cursor.queue.files and not cursor.queue.directory.is_dir()  # no directory the broker reads
+        where = "its consume queue directory is missing" if unlisted else "they have no consume queue entries"
         self.emit(entries_missing(cursor.topic, cursor.queue_id, self._file_of(cursor, run.first_queue_offset), run,
                                   f"were dispatched by nobody: {where}; {consequence}", lost=lost, rebuilt=rebuilt,
                                   **({"reput_resumes_at": gap[1]} if gap else {})))

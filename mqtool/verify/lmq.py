@@ -16,7 +16,6 @@ from typing import Callable, Generator, Iterator
 from ..formats.dispatch import (LMQ_PREFIX, NO_MULTI_DISPATCH, DispatchThrows, LmqNotifyThrows, LmqOffsetThrows, NoPropertiesThrows,
                                 multi_dispatch_targets)
 from ..store import Store
-from ..store.consumequeue import queue_id_of
 from ..store.nextstart import NextStart
 from .findings import Finding, error, warning
 
@@ -190,9 +189,12 @@ def lmq_findings(store: Store, start: int | None = None, stop: int | None = None
     if not names:
         return None
     entries = 0
+    loaded: dict[str, set[int]] = {}  # the queue ids the broker loads by LMQ name: the one listing of consumequeue/ (discover_queues)
+    for directory in store.queue_directories:
+        if directory.topic in names:
+            loaded.setdefault(directory.topic, set()).add(directory.queue_id)
     for name in sorted(names):
-        queue_dirs = sorted(p for p in store.path("consumequeue", name).iterdir() if p.is_dir()) if store.path("consumequeue", name).is_dir() else []
-        queue_ids = {q for p in queue_dirs if (q := queue_id_of(p.name)) is not None} | {q for n, q in expected if n == name}
+        queue_ids = loaded.get(name, set()) | {q for n, q in expected if n == name}
         for queue_id in sorted(queue_ids):
             want = expected.get((name, queue_id), {})
             queue = store.consume_queue(name, queue_id)
