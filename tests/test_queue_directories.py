@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from conftest import copy_store, manifest
 from mqtool.cli import app
-from mqtool.errors import EXIT_FINDINGS
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS
 from mqtool.store import Store
 from mqtool.verify import Verification, VerifyOptions
 
@@ -60,6 +60,10 @@ def test_queue_1_renamed_01_is_an_empty_queue_and_01_a_directory_the_broker_neve
     assert "its consume queue directory is missing" in missing["message"]
     assert _run("verify", root).exit_code == EXIT_FINDINGS
     assert _run("dump", "consumequeue", root, "--topic", "TopicTest", "--queue", 1, "--format", "jsonl").stdout == ""
+    refused = _run("dump", "consumequeue", root / "consumequeue" / "TopicTest" / "01" / f"{0:020d}")
+    assert refused.exit_code == EXIT_BAD_INPUT
+    assert refused.stderr.splitlines() == [f"mqtool: error: {root}/consumequeue/TopicTest/01: a queue directory the broker never reads: it takes "
+                                           f"queue id 1 from the name but reads and writes that queue in {root}/consumequeue/TopicTest/1"]
 
 
 def test_with_both_1_and_01_queue_1_is_read_from_1(tmp_path):
@@ -79,3 +83,19 @@ def test_with_both_1_and_01_queue_1_is_read_from_1(tmp_path):
     dumped = _run("dump", "consumequeue", root, "--topic", "TopicTest", "--queue", 1, "--format", "jsonl").stdout
     rows = [json.loads(line) for line in dumped.splitlines()]
     assert [(r["queue_offset"], r["phys_offset"]) for r in rows] == [(q, p) for q, p, _, _ in _records(1)]
+
+
+def test_dump_of_a_queue_folder_the_broker_never_reads_is_refused_in_one_line(tmp_path):
+    """``dump consumequeue`` of ``TopicTest/+1`` or ``TopicTest/²``: before, ``+1`` was taken for a topic folder ("not a
+    consumequeue folder"), and ``²`` (``isdigit``, refused by ``int``) ended as an internal error (exit 5). Now each is a queue
+    folder the broker never reads: exit 3, one line saying why."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    topic = root / "consumequeue" / "TopicTest"
+    (topic / "1").rename(topic / "+1")
+    (topic / "²").mkdir()
+    plus, superscript = _run("dump", "consumequeue", topic / "+1"), _run("dump", "consumequeue", topic / "²")
+    assert (plus.exit_code, superscript.exit_code) == (EXIT_BAD_INPUT, EXIT_BAD_INPUT)
+    assert plus.stderr.splitlines() == [f"mqtool: error: {topic}/+1: a queue directory the broker never reads: it takes queue id 1 from the name "
+                                        f"but reads and writes that queue in {topic}/1"]
+    assert superscript.stderr.splitlines() == [f"mqtool: error: {topic}/²: a queue directory the broker never reads: Integer.parseInt refuses its "
+                                               "name: no queue is loaded from it"]

@@ -19,7 +19,7 @@ from ..store.records import BATCH_UNIT_FIELDS, CONSUME_QUEUE_FIELDS, DLEDGER_ENT
 from ..store.records import batch_unit_dict, consume_queue_dict, dledger_entry_dict, index_entry_dict, parse_time
 from ..store import IndexFile, ScanEnd, Store
 from ..store.commitlog import StopReason
-from ..store.consumequeue import discover_queues, infer_queue_file_size
+from ..store.consumequeue import discover_queues, infer_queue_file_size, queue_id_of
 from ..store.index import IndexGeometry, infer_index_geometry, list_index_files
 from ..store.mappedfile import OFFSET_NAME, MappedFile
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, ProgressOpt, SinceOpt, UntilOpt, broker_config_of, guarded, message_of, note, open_store, read_on
@@ -242,8 +242,13 @@ def _queue_scope(path: Path, folder: str, topics, queue) -> tuple[Path, list | N
         return path / folder, topics, queue, single
     if path.name == folder:
         return path, topics, queue, single
-    if path.name.isdigit():
-        return path.parent.parent, [path.parent.name], int(path.name), single
+    queue_id = queue_id_of(path.name)
+    if path.name.isdigit() or queue_id is not None and path.name != str(queue_id):  # a queue folder (``+1`` too)
+        if queue_id is None or path.name != str(queue_id):  # the broker reads no queue here (``discover_queues``)
+            raise BadInput(f"{path}: a queue directory the broker never reads: " + (
+                "Integer.parseInt refuses its name: no queue is loaded from it" if queue_id is None else
+                f"it takes queue id {queue_id} from the name but reads and writes that queue in {path.parent / str(queue_id)}"))
+        return path.parent.parent, [path.parent.name], queue_id, single
     from ..store.layout import READ
 
     # a store root (commitlog/, checkpoint, index/, ...; or dledger-<id>/), not a topic folder: never scan its parent as the queue folder
