@@ -29,9 +29,9 @@ from ..store import Store
 from ..store.store import A_SOCKET_CONFIG, NOT_A_FILE, SEGMENT_NAME, SEGMENT_SIZE, STRAY_ENTRY, abort_unwritable, empty_not_last
 from ..store.store import A_FIFO, MISSING, load_config, stray_differs, stray_effects
 from ..store.lookup import QueueRange
-from ..store.consumequeue import discover_queues, infer_queue_file_size, queue_id_of
+from ..store.consumequeue import discover_queues, infer_queue_file_size, queue_id_of, topic_strays
 from ..store.index import index_strays
-from ..store.mappedfile import CREATED, INDEX_SERVICE, OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
+from ..store.mappedfile import CREATED, INDEX_SERVICE, LOAD_CONSUME_QUEUE, OFFSET_NAME, MappedFile, folder_entries, inferred_file_size, stray_after
 from ..store.commitlog import ScanEnd
 from ..store.nextstart import ERA_INDEX, OPENED_FIRST, dropped_after, refused_by, unusable
 from ..store.startfile import ScanStart, recovery_start
@@ -56,8 +56,8 @@ INDEX_KINDS = frozenset({"index-header", "index-chain", "index-entry-mismatch", 
                          "index-file-size", "index-file-dropped"})
 CHECKPOINT_KINDS = frozenset({"checkpoint-missing", "checkpoint-size", "checkpoint-ahead", "checkpoint-empty"})
 # Findings of a file or entry the file fixes change (``plan_file_fixes``): gone once they are applied.
-FILE_FIX_KINDS = frozenset({SEGMENT_SIZE, SEGMENT_NAME, STRAY_ENTRY, "cq-stray-entry", "index-stray-entry", "dledger-stray-entry",
-                            "timer-stray-entry", "timer-file-size", "not-a-file", "config-unreadable"})
+FILE_FIX_KINDS = frozenset({SEGMENT_SIZE, SEGMENT_NAME, STRAY_ENTRY, "cq-stray-entry", "cq-topic-stray-entry", "index-stray-entry",
+                            "dledger-stray-entry", "timer-stray-entry", "timer-file-size", "not-a-file", "config-unreadable"})
 
 
 @dataclass(frozen=True)
@@ -214,9 +214,10 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
             quarantine(root / "config" / f"{name}.bak", f"{why}, and config/{name} is passed over too: ConfigManager.loadBak throws on "
                        "it and returns false, so the broker refuses to start; moved into the backup as it is, the broker then reads "
                        "no .bak, loadBak returns true and it starts with an empty table")
+    _topic_strays(root, store, quarantine)
     for topic in _files(root / "consumequeue", dirs=True):
         for queue in _files(Path(topic.path), dirs=True):
-            if queue_id_of(queue.name) is None:  # loadConsumeQueue's Integer.parseInt throws: the broker passes over the folder
+            if queue_id_of(queue.name) is None:  # loadConsumeQueue's Integer.parseInt throws: 4.0.0+ pass over it (``_topic_strays``)
                 continue
             _stray_links_and_dirs(root, Path(queue.path), "consume queue file", store, quarantine)
             for entry in _files(Path(queue.path)):
@@ -349,6 +350,18 @@ def _index_strays(root: Path, store: Store | None, quarantine) -> None:
         elif stray_differs(effects):
             quarantine(entry.path, f"{entry.what}, not an index file: IndexService.load cannot map it{creator} and stops there (5.1.0+ refuse "
                                    "to start, earlier releases leave the later index files out); moved into the backup as it is")
+
+
+def _topic_strays(root: Path, store: Store | None, quarantine) -> None:
+    """Quarantine each entry of a topic's folder under ``consumequeue/`` named by no queue id (``consumequeue.topic_strays``)
+    where the broker of some era the store may be from (any, without ``store``) refuses to start on it: 3.2.6's
+    ``loadConsumeQueue`` throws on its name (``mappedfile.load_effect``); 4.0.0+ skip it, and it stays."""
+    eras = store.version_guess.eras if store is not None else ERAS
+    for entry in topic_strays(root / "consumequeue"):
+        if stray_differs(stray_effects(eras, entry, None, False, LOAD_CONSUME_QUEUE)):
+            quarantine(entry.path, f"{entry.what}, not a queue: 3.2.6's DefaultMessageStore.loadConsumeQueue parses the name of every entry of "
+                                   f"{entry.path.parent.name}/ as a queue id (Integer.parseInt) and the broker fails to start; moved into the backup "
+                                   "as it is")
 
 
 def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, resize,

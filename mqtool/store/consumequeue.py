@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache, cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, NamedTuple
@@ -16,7 +16,7 @@ from ..formats import consumequeue as fmt
 from ..formats._layout import FixedLayout
 from ..formats.dispatch import java_int_or_none
 from ._queueunits import first_invalid_unit, units_equal
-from .mappedfile import MappedFile, StrayEntry, folder_entries, offset_file_name, offset_named_files, open_read_only, wrong_length_files
+from .mappedfile import QUEUE_ID, MappedFile, StrayEntry, folder_entries, offset_file_name, offset_named_files, open_read_only, wrong_length_files
 
 if TYPE_CHECKING:
     import numpy as np
@@ -302,8 +302,21 @@ def _subdirs(directory: Path) -> list[Path]:
 def queue_id_of(name: str) -> int | None:
     """A queue directory's id as ``DefaultMessageStore.loadConsumeQueue`` reads it (``Integer.parseInt``:
     an optional sign, then digits, within int32; a record whose QUEUEID is damaged negative gets such a
-    directory), or None: the broker skips the directory."""
+    directory), or None: 4.0.0+ skip the entry, 3.2.6 refuses to start on it (``topic_strays``)."""
     return java_int_or_none(name)
+
+
+def topic_strays(directory: Path) -> list[StrayEntry]:
+    """Each entry of a ``<topic>/`` folder of ``directory`` (``consumequeue/``) named by no queue id (``queue_id_of``), a file
+    or a directory alike: ``loadConsumeQueue`` parses the name of every entry ``File.listFiles`` gives (``mappedfile.load_effect``'s
+    ``LOAD_CONSUME_QUEUE``: 3.2.6 refuses to start on it, 4.0.0+ skip it). An entry under ``directory`` that is no folder is
+    skipped by every release (its ``listFiles()`` is null), and so is a file named by a queue id (its queue's
+    ``MappedFileQueue.load`` lists nothing)."""
+    return [replace(s, offset=None, named_by=QUEUE_ID) for t in _subdirs(directory) for s in folder_entries(t, _named_by_queue_id)[1]]
+
+
+def _named_by_queue_id(entry: os.DirEntry) -> bool:
+    return queue_id_of(entry.name) is not None
 
 
 class QueueDirectory(NamedTuple):

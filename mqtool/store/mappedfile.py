@@ -16,6 +16,7 @@ from ..fileops import not_a_file, special
 
 OFFSET_NAME = re.compile(r"^\d{20}$")
 """File-queue files are named by their first byte offset, 20 zero-padded digits (§1.2)."""
+OFFSET, QUEUE_ID = "offset", "queue id"  # what a folder's load reads an entry's name as (``StrayEntry.named_by``)
 
 
 def offset_file_name(offset: int) -> str:
@@ -133,13 +134,15 @@ class StrayEntry:
     """An entry of a mapped file queue folder that ``offset_named_files`` passes over but the broker's
     ``MappedFileQueue.load`` lists (``File.listFiles``: directories, symlinks, any name): ``is_dir`` and
     ``length`` as ``File.isDirectory``/``File.length`` see them (through a symlink; a dangling one is
-    no directory, 0 bytes), ``offset`` the name as ``Long.parseLong`` reads it (None: it throws)."""
+    no directory, 0 bytes), ``offset`` the name as ``Long.parseLong`` reads it (None: it throws). An entry of a topic's
+    folder under ``consumequeue/`` is named by no queue id (``named_by``; ``consumequeue.topic_strays``): ``offset`` None."""
 
     path: Path
     is_dir: bool
     length: int
     offset: int | None
     last: bool  # the last entry of the folder by name (``doLoad``'s ``i == files.size() - 1``)
+    named_by: str = OFFSET  # what its folder's load reads its name as: OFFSET (a mapped file queue's file) or QUEUE_ID
 
     @property
     def target(self) -> str | None:
@@ -164,7 +167,12 @@ class StrayEntry:
     def unmounted(self) -> str | None:
         """Why no mqtool command may move this entry out (``UNMOUNTED``), or None: a dangling symlink named as a file of
         its folder, a file whose bytes may be on a disk not mounted."""
-        return f"{self.what}: {unmounted_text(self.path)}" if self.target is not None and OFFSET_NAME.match(self.path.name) else None
+        return f"{self.what}: {unmounted_text(self.path)}" if self.target is not None and self.named_as_file else None
+
+    @property
+    def named_as_file(self) -> bool:
+        """Named as a file of its folder (20 digits): an entry of a mapped file queue folder, not of a topic's."""
+        return self.named_by == OFFSET and bool(OFFSET_NAME.match(self.path.name))
 
     @property
     def what(self) -> str:
@@ -173,9 +181,9 @@ class StrayEntry:
             return "a symlink to a directory" if link else "a directory"
         if (target := self.target) is not None:  # named: a disk not mounted is mounted, not moved out
             return f"a dangling symlink to {target}"
-        if OFFSET_NAME.match(self.path.name):  # named as a file of the folder, not read as one: a FIFO, socket or device node
+        if self.named_as_file:  # named as a file of the folder, not read as one: a FIFO, socket or device node
             return f"{'a symlink to ' if link else ''}{not_a_file(self.path) or 'a file mqtool cannot stat'}"
-        named = "named by no offset" if self.offset is None else f"named {self.offset}, not by 20 digits"
+        named = f"named by no {self.named_by}" if self.offset is None else f"named {self.offset}, not by 20 digits"
         return f"{'a symlink to a file' if link else 'a file'} {named}"
 
 
@@ -215,8 +223,9 @@ def link_creator(path: Path) -> tuple[str, bool]:
 # dangling symlink it creates the target of
 SKIPPED, DELETED, LEFT_OUT, REFUSED, LOADED, CREATED = "skipped", "deleted", "left out", "refused", "loaded", "created"
 # the loads ``load_effect`` models: a mapped file queue's (commit log, consume queues, timer log), the
-# index's, DLedger's data and index folders'
+# index's, DLedger's data and index folders', the listing of a topic's queues under consumequeue/
 MAPPED_FILE_QUEUE, INDEX_SERVICE, MMAP_FILE_LIST = "MappedFileQueue.load", "IndexService.load", "MmapFileList.load"
+LOAD_CONSUME_QUEUE = "DefaultMessageStore.loadConsumeQueue"
 
 
 def load_effect(entry: StrayEntry, file_size: int | None, rules, loader: str = MAPPED_FILE_QUEUE) -> str:
@@ -231,7 +240,12 @@ def load_effect(entry: StrayEntry, file_size: int | None, rules, loader: str = M
     ``NumberFormatException`` caught (the entry skipped), a dangling symlink whose target's directory is there
     has its target created and loaded as an empty index file (``created_through``; 4.9.7 and 5.3.3 alike), the
     ``IOException`` of one it cannot open (a directory; a dangling symlink into a missing directory) ends the load,
-    every later file left out; ``DefaultMessageStore.load`` ignores that up to 5.0.0 and refuses to start from 5.1.0."""
+    every later file left out; ``DefaultMessageStore.load`` ignores that up to 5.0.0 and refuses to start from 5.1.0.
+    ``loadConsumeQueue`` (``LOAD_CONSUME_QUEUE``; 5.x ``ConsumeQueueStore.load``) parses the name of every entry of a topic's
+    folder, files too, with ``Integer.parseInt``: 4.0.0+ catch the ``NumberFormatException`` of an entry named by no queue id
+    and skip it, 3.2.6 does not, and ``DefaultMessageStore.load`` fails (``VersionRules.queue_id_parse_caught``)."""
+    if loader == LOAD_CONSUME_QUEUE:
+        return SKIPPED if rules.queue_id_parse_caught else REFUSED
     if loader == INDEX_SERVICE:
         if entry.offset is None:
             return SKIPPED

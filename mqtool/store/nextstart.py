@@ -23,7 +23,8 @@ from ..fileops import A_DIRECTORY, A_SOCKET, A_SPECIAL, not_a_file
 from ..formats import timer as tfmt
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import candidate_groups
-from .mappedfile import DELETED, INDEX_SERVICE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, open_read_only, unmounted_text, stray_after
+from .mappedfile import DELETED, INDEX_SERVICE, LOAD_CONSUME_QUEUE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, open_read_only, unmounted_text
+from .mappedfile import stray_after
 from .mappedfile import StrayEntry
 from .rules import ERAS, VersionRules
 from .startfile import ScanStart, recovery_start
@@ -605,7 +606,10 @@ def queue_refusal(store: Store, fix: str = RECOVER_FIXES) -> str | None:
     one of another length than its queue's files, which ``loadConsumeQueue``'s ``MappedFileQueue.load``
     refuses in the eras that refuse such a commit log file (rules §2.13; verify's ``cq-file-size``).
     ``recover`` and ``rebuild-cq`` rewrite a consume queue's files (a batch queue's: no mqtool command),
-    so they plan on."""
+    so they plan on. First: an entry of a topic's folder named by no queue id, on which 3.2.6's
+    ``loadConsumeQueue`` throws (``Store.topic_strays``, ``mappedfile.load_effect``; verify's ``cq-topic-stray-entry``)."""
+    if (why := first_stray_refusal(store, store.topic_strays, LOAD_CONSUME_QUEUE)) is not None:
+        return why
     for queues, fix in ((store.consume_queues, fix), (store.batch_consume_queues, "")):
         for queue in queues:
             if (why := wrong_length_refusal(store, queue.wrong_lengths, queue.file_size, queue.files, queue.strays)) is not None:

@@ -230,6 +230,12 @@ class VersionRules:
     cq_repeat_guard = _rule("E3a")
     """§3.3: 4.2.0+ ``putMessagePositionInfo`` skips an entry whose queue offset is written; before, it appends it where it is."""
 
+    queue_id_parse_caught = _rule("E1")
+    """(the reference omits it) 4.0.0+ ``DefaultMessageStore.loadConsumeQueue`` (5.x ``ConsumeQueueStore.load``, batch queues
+    too) catch the ``NumberFormatException`` of ``Integer.parseInt`` on an entry of a topic's folder named by no queue id (a
+    file or a directory: ``File.listFiles``) and skip it; 3.2.6's (@8abef783) does not: ``DefaultMessageStore.load`` catches
+    it ("load exception") and returns false, so the broker does not start (``mappedfile.load_effect``)."""
+
     cq_min_offset_v5 = _rule("E13")
     """§3.7: 5.x ``correctMinOffset``: a queue whose last unit is below the commit log min is empty."""
 

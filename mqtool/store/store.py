@@ -27,9 +27,10 @@ from ..formats import markers
 from ..formats.dispatch import LMQ_PREFIX, parse_delay_levels
 from .commitlog import CommitLog, Segment
 from .config import StoreConfig
-from .consumequeue import ConsumeQueue, QueueDirectory, discover_queues, infer_queue_file_size, queue_directories
+from .consumequeue import ConsumeQueue, QueueDirectory, discover_queues, infer_queue_file_size, queue_directories, topic_strays
 from .index import IndexFile, IndexGeometry, index_strays, list_index_files, store_index_geometry
-from .mappedfile import CREATED, DELETED, INDEX_SERVICE, LEFT_OUT, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED, unmounted_text
+from .mappedfile import CREATED, DELETED, INDEX_SERVICE, LEFT_OUT, LOAD_CONSUME_QUEUE, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED
+from .mappedfile import unmounted_text
 from .mappedfile import MappedFile, StrayEntry
 from .mappedfile import file_size, folder_entries, inferred_file_size, load_effect, offset_named_files, stray_after, stray_entries
 from .rules import Era, VersionRules, era_of
@@ -121,6 +122,8 @@ def stray_refused_why(entry: StrayEntry, file_size: int | None, loader: str = MA
     """Why ``loader`` refuses ``entry`` (``mappedfile.load_effect`` said ``REFUSED``), in words."""
     if loader == INDEX_SERVICE:
         return "IndexFile's MappedFile.init cannot open it (IOException), so the load returns false"
+    if loader == LOAD_CONSUME_QUEUE:
+        return f"{loader}: Integer.parseInt of its name throws NumberFormatException, caught only by DefaultMessageStore.load, which fails"
     if entry.length != file_size:
         return f"{loader}: {entry.length} bytes, not {file_size} (\"length not matched\")"
     return "the length of a file of the folder, but MappedFile.init's Long.parseLong of its name throws"
@@ -445,6 +448,12 @@ class Store:
         """The directories under ``consumequeue/``'s topics the broker takes a queue id from (``consumequeue.queue_directories``),
         those it never reads too (``QueueDirectory.read``): listed once for ``consume_queues`` and the checks of such directories."""
         return [] if self.root is None else queue_directories(self.path("consumequeue"))
+
+    @cached_property
+    def topic_strays(self) -> list[tuple[StrayEntry, None, bool]]:
+        """``(entry, None, False)`` of each entry of a topic's folder under ``consumequeue/`` named by no queue id, which
+        ``loadConsumeQueue`` lists (``consumequeue.topic_strays``): verify's ``cq-topic-stray-entry``, ``nextstart.queue_refusal``."""
+        return [] if self.root is None else [(entry, None, False) for entry in topic_strays(self.path("consumequeue"))]
 
     @cached_property
     def consume_queues(self) -> list[ConsumeQueue]:

@@ -29,9 +29,9 @@ from ..errors import MqtoolError
 from ..store import ConsumeQueue, Store
 from ..store.consumequeue import READ_BELOW, QueueDirectory, has_queue_directory
 from ..store import fastscan as fs
-from ..store.mappedfile import MappedFile, offset_named_files, stray_after
+from ..store.mappedfile import LOAD_CONSUME_QUEUE, MappedFile, offset_named_files, stray_after
 from ..store.nextstart import refused_by
-from ..store.store import empty_not_last
+from ..store.store import empty_not_last, stray_differs, stray_effects
 from ._consumequeue import COLUMNS, decode_units, join_groups, queue_groups
 from .commitlog import relative, stray_finding
 from .findings import Finding, FindingSink, error, info, warning
@@ -384,6 +384,17 @@ def unread_directory_findings(store: Store, found: list[QueueDirectory], what: s
                       details={"topic": directory.topic, "queue_id": directory.queue_id, "read_from": read, "files": files, **(details or {})})
 
 
+def topic_stray_findings(store: Store) -> Iterator[Finding]:
+    """``cq-topic-stray-entry`` for each entry of a topic's folder named by no queue id (``Store.topic_strays``) that some era
+    the store may be from refuses to start on (3.2.6: ``mappedfile.load_effect``'s ``LOAD_CONSUME_QUEUE``); 4.0.0+ skip it, so
+    where only they remain there is nothing to say."""
+    for entry, file_size, later in store.topic_strays:
+        if stray_differs(stray_effects(store.version_guess.eras, entry, file_size, later, LOAD_CONSUME_QUEUE)):
+            topic = entry.path.parent.name
+            yield stray_finding(store, "cq-topic-stray-entry", entry, file_size, later, "queue", f"topic {topic}'s folder", {"topic": topic},
+                                loader=LOAD_CONSUME_QUEUE)
+
+
 class ConsumeQueueCheck(FindingSink):
     """Feed every batch of valid records in offset order (``on_columns``, or ``on_batch`` when
     the join declines it), then ``finish``."""
@@ -405,6 +416,8 @@ class ConsumeQueueCheck(FindingSink):
         self.dedup_by_end = bool(store.eras_where("cq_dedup_by_end"))  # rules §3.4: maxPhysicOffset = offset + size
         self.chunk_units = chunk_units(sum(1 for q in store.consume_queues if not q.topic.startswith(LMQ_PREFIX)))  # the windows loaded
         for finding in unread_directory_findings(store, store.queue_directories):  # LMQ queues' too
+            self.emit(finding)
+        for finding in topic_stray_findings(store):
             self.emit(finding)
         for queue in store.consume_queues:
             for finding in wrong_length_files(store, queue):  # LMQ queues too: the broker loads them as it loads the others

@@ -52,6 +52,8 @@ KINDS: dict[str, str] = {
     "cq-file-gap": "a consume queue file is missing between two others",
     "cq-file-size": "a consume queue file of another length than the consume queue file size: the broker refuses to load it",
     "cq-directory-unread": "a directory of a topic's queues the broker takes a queue id from but never reads (01, +1): that queue is <topic>/<id>",
+    "cq-topic-stray-entry": ("an entry of a topic's folder under consumequeue/ named by no queue id (a file or a directory): 3.2.6's "
+                             "loadConsumeQueue throws on it and the broker refuses to start; 4.0.0+ skip it"),
     "cq-stray-entry": "an entry of a queue's folder that is no consume queue file (a directory, a symlink, another name): the broker refuses to start on it, or loads otherwise",
     "cq-invalid-unit": "a consume queue unit the broker treats as the end of the queue, with entries after it",
     "cq-entry-mismatch": "a consume queue entry disagrees with the record it points to",
