@@ -13,8 +13,9 @@ import shutil
 from typer.testing import CliRunner
 
 from conftest import copy_store, manifest
+from test_load_strays import snapshot
 from mqtool.cli import app
-from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_REFUSED
 from mqtool.store import Store
 from mqtool.verify import Verification, VerifyOptions
 
@@ -99,3 +100,44 @@ def test_dump_of_a_queue_folder_the_broker_never_reads_is_refused_in_one_line(tm
                                         f"but reads and writes that queue in {topic}/1"]
     assert superscript.stderr.splitlines() == [f"mqtool: error: {topic}/²: a queue directory the broker never reads: Integer.parseInt refuses its "
                                                "name: no queue is loaded from it"]
+
+
+def test_a_file_at_a_queues_own_path_is_an_error_and_no_plan_is_made(tmp_path):
+    """``TopicTest/1`` a file: the broker loads an empty queue 1 it cannot write (``MappedFile`` makes no file under a file), so
+    the first entry it dispatches there stops the store taking any put. Before, verify said only that queue 1's directory is
+    missing, and ``rebuild-cq`` planned queue 1's files under it (its ``--yes`` then failed in the apply, "Not a directory");
+    now verify names the file (an error) and every write command refuses before planning, the store unchanged."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    queue = root / "consumequeue" / "TopicTest" / "1"
+    shutil.rmtree(queue)
+    queue.write_bytes(b"not a queue")
+    before = snapshot(root)
+    found = {f["kind"]: f for f in _findings(root)}
+    blocked = found["cq-queue-path-not-a-directory"]
+    assert (blocked["severity"], blocked["file"], blocked["details"]) == ("error", "consumequeue/TopicTest/1", {"topic": "TopicTest", "queue_id": 1})
+    assert blocked["message"].startswith("a file where the broker reads and writes queue 1 of TopicTest's consume queue directory: it loads an "
+                                         "empty queue, but cannot write the first entry it dispatches there")
+    assert (found["cq-entry-missing"]["offset"], found["cq-entry-missing"]["details"]["records"]) == (_records(1)[0][1], len(_records(1)))
+    for command in ("rebuild-cq", "recover", "repair"):
+        refused = _run(command, root)
+        assert refused.exit_code == EXIT_REFUSED, (command, refused.output)
+        assert refused.stderr.splitlines()[-1].endswith("consumequeue/TopicTest/1: no directory, where the broker reads and writes queue 1 of "
+                                                        "TopicTest: it cannot write that queue, nor can a plan; no plan is made on such a store: "
+                                                        "move it aside and plan again"), (command, refused.stderr)
+    assert snapshot(root) == before
+
+
+def test_a_directory_01_beside_a_file_1_is_read_as_the_broker_reads_it(tmp_path):
+    """``01`` holding queue 1's files beside a file ``1``: before, the store model made queue 1 at the file and every read
+    command stopped on "not a directory" (exit 3); now queue 1 is none the store lists, and verify names both entries."""
+    root = copy_store("4.9.7", "clean-small", tmp_path)
+    topic = root / "consumequeue" / "TopicTest"
+    (topic / "1").rename(topic / "01")
+    (topic / "1").write_bytes(b"")
+    with Store.open(root) as store:
+        assert [q.queue_id for q in store.consume_queues if q.topic == "TopicTest"] == [0, 2, 3]
+    found = {f["kind"]: f for f in _findings(root)}
+    assert found["cq-queue-path-not-a-directory"]["file"] == "consumequeue/TopicTest/1"
+    assert ("reads and writes that queue in consumequeue/TopicTest/1, which is no directory (an empty queue), so the 1 file(s) here are never "
+            "served") in found["cq-directory-unread"]["message"]
+    assert _run("verify", root).exit_code == EXIT_FINDINGS

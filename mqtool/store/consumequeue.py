@@ -290,13 +290,17 @@ def queue_file_sizes(directory: Path) -> list[int]:
     return [size for d in queue_directories(directory) if d.read for _, p in offset_named_files(d.path) if (size := p.stat().st_size)]
 
 
-def _subdirs(directory: Path) -> list[Path]:
+def _entries(directory: Path) -> list[os.DirEntry]:
     try:
-        return sorted(Path(e.path) for e in os.scandir(directory) if e.is_dir())
+        return sorted(os.scandir(directory), key=lambda e: e.name)
     except FileNotFoundError:
         return []
     except PermissionError:
         raise BadInput(f"{directory}: permission denied") from None
+
+
+def _subdirs(directory: Path) -> list[Path]:
+    return [Path(e.path) for e in _entries(directory) if e.is_dir()]
 
 
 def queue_id_of(name: str) -> int | None:
@@ -339,12 +343,23 @@ def queue_directories(directory: Path) -> list[QueueDirectory]:
     return [QueueDirectory(t.name, queue_id, q) for t in _subdirs(directory) for q in _subdirs(t) if (queue_id := queue_id_of(q.name)) is not None]
 
 
+def queue_path_files(directory: Path) -> list[Path]:
+    """Each entry of a ``<topic>/`` folder of ``directory`` at a queue's own path (``<topic>/<id>``, ``QueueDirectory.read``'s
+    name) that is no directory (a file, a dangling symlink): the broker's load makes an empty queue of it (its
+    ``MappedFileQueue.load`` lists nothing), but the first entry it dispatches there cannot be written, no file being made
+    under it (``MappedFile.init``), so after 30 tries a second apart ``ConsumeQueue.putMessagePositionInfoWrapper`` marks the
+    logics queue in error and the store refuses every put (@3.2.6, 4.9.7, 5.3.3)."""
+    return [Path(e.path) for t in _subdirs(directory) for e in _entries(t) if not e.is_dir() and e.name == str(queue_id_of(e.name))]
+
+
 def discover_queues(directory: Path, file_size: int, kind: type[FileQueue] = ConsumeQueue, found: list[QueueDirectory] | None = None) -> list:
     """Every queue (of ``kind``) the broker loads under ``directory``, by topic and id: one for each id ``queue_directories``
     (or ``found``, its listing) finds, in ``<topic>/<id>``. ``loadConsumeQueue`` (3.2.6-4.9.8; ``ConsumeQueueStore.load``
     from 5.0.0, batch queues too) makes a queue for every directory it takes an id from, but each reads and writes
     ``<topic>/<id>`` (``ConsumeQueue``'s, ``BatchConsumeQueue``'s constructor): a queue whose directory is named otherwise
     (``01``) alone is empty (``MappedFileQueue.load`` lists nothing), and a second directory of the id replaces the
-    queue by one of the same path (``putConsumeQueue``). Such a directory is never read (``QueueDirectory.read``)."""
+    queue by one of the same path (``putConsumeQueue``). Such a directory is never read (``QueueDirectory.read``). No queue is
+    listed where a file stands at ``<topic>/<id>`` (``queue_path_files``: an empty queue, which the broker cannot write)."""
     found = queue_directories(directory) if found is None else found
-    return [kind(topic, queue_id, directory / topic / str(queue_id), file_size) for topic, queue_id in sorted({(d.topic, d.queue_id) for d in found})]
+    loaded = {(d.topic, d.queue_id) for d in found if d.read or not os.path.lexists(directory / d.topic / str(d.queue_id))}
+    return [kind(topic, queue_id, directory / topic / str(queue_id), file_size) for topic, queue_id in sorted(loaded)]

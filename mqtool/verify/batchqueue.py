@@ -16,7 +16,7 @@ from ..formats.dispatch import batch_unit_span
 from ..store import Store
 from ..store.batchconsumequeue import UNIT_SIZE, BatchConsumeQueue, valid_mask
 from ..store.consumequeue import queue_directories
-from .consumequeue import unread_directory_findings, wrong_length_files
+from .consumequeue import queue_path_file_findings, unread_directory_findings, wrong_length_files
 from .findings import Finding, error, warning
 
 FIELDS = ("size", "tags_code", "store_time", "msg_base_offset", "batch_size")
@@ -52,6 +52,7 @@ def batch_queue_findings(store: Store, start: int | None = None, stop: int | Non
     if not queues:
         return None
     yield from unread_directory_findings(store, queue_directories(store.path("batchconsumequeue")), "batch consume queue", {"queue_kind": "batch"})
+    yield from queue_path_file_findings(store, store.path("batchconsumequeue"), "batch consume queue", {"queue_kind": "batch"})
     expected, end = expected_batch_units(store, {q.topic for q in queues}, start, stop)
     units = 0
     for queue in queues:

@@ -17,6 +17,7 @@ import os
 from collections import namedtuple
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
@@ -27,7 +28,7 @@ from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey
 from ..errors import MqtoolError
 from ..store import ConsumeQueue, Store
-from ..store.consumequeue import READ_BELOW, QueueDirectory, has_queue_directory
+from ..store.consumequeue import READ_BELOW, QueueDirectory, has_queue_directory, queue_path_files
 from ..store import fastscan as fs
 from ..store.mappedfile import LOAD_CONSUME_QUEUE, MappedFile, offset_named_files, stray_after
 from ..store.nextstart import refused_by
@@ -378,10 +379,24 @@ def unread_directory_findings(store: Store, found: list[QueueDirectory], what: s
         rel, read, files = relative(store, directory.path), relative(store, queue_dir), len(offset_named_files(directory.path))
         yield warning("cq-directory-unread", f"a {what} directory the broker never reads: it takes queue id {directory.queue_id} of "
                       f"{directory.topic} from the name (Integer.parseInt) but reads and writes that queue in {read}"
-                      f"{'' if queue_dir.is_dir() else ', which is missing (an empty queue)'}, so the {files} file(s) here are never served "
+                      f"{'' if queue_dir.is_dir() else ', which is no directory' if os.path.lexists(queue_dir) else ', which is missing'}"
+                      f"{'' if queue_dir.is_dir() else ' (an empty queue)'}, so the {files} file(s) here are never served "
                       f"and no start rebuilds the queue from them; move it aside (or, if it holds that queue and {read} is missing, rename it)",
                       file=rel, expected=read, found=directory.path.name,
                       details={"topic": directory.topic, "queue_id": directory.queue_id, "read_from": read, "files": files, **(details or {})})
+
+
+def queue_path_file_findings(store: Store, directory: Path, what: str = "consume queue", details: dict | None = None) -> Iterator[Finding]:
+    """``cq-queue-path-not-a-directory`` (an error) for each file at a queue's own path under ``directory``
+    (``consumequeue.queue_path_files``): an empty queue the broker loads but cannot write, and the first entry it dispatches
+    there stops the store taking any put."""
+    for path in queue_path_files(directory):
+        target = f"a dangling symlink to {os.readlink(path)}" if os.path.islink(path) else "a file"
+        yield error("cq-queue-path-not-a-directory", f"{target} where the broker reads and writes queue {path.name} of {path.parent.name}'s "
+                    f"{what} directory: it loads an empty queue, but cannot write the first entry it dispatches there (no file can be made "
+                    "under it): after 30 tries a second apart ConsumeQueue.putMessagePositionInfoWrapper marks the logics queue in error "
+                    "and the store refuses every put; move it aside", file=relative(store, path),
+                    details={"topic": path.parent.name, "queue_id": int(path.name), **(details or {})})
 
 
 def topic_stray_findings(store: Store) -> Iterator[Finding]:
@@ -415,8 +430,8 @@ class ConsumeQueueCheck(FindingSink):
         self.batch_topics = {p.name for p in batch_dir.iterdir() if p.is_dir()} if batch_dir.is_dir() else set()
         self.dedup_by_end = bool(store.eras_where("cq_dedup_by_end"))  # rules §3.4: maxPhysicOffset = offset + size
         self.chunk_units = chunk_units(sum(1 for q in store.consume_queues if not q.topic.startswith(LMQ_PREFIX)))  # the windows loaded
-        for finding in unread_directory_findings(store, store.queue_directories):  # LMQ queues' too
-            self.emit(finding)
+        for finding in (*unread_directory_findings(store, store.queue_directories), *queue_path_file_findings(store, store.path("consumequeue"))):
+            self.emit(finding)  # LMQ queues' too
         for finding in topic_stray_findings(store):
             self.emit(finding)
         for queue in store.consume_queues:

@@ -51,6 +51,7 @@ KINDS: dict[str, str] = {
     # consume queues
     "cq-file-gap": "a consume queue file is missing between two others",
     "cq-file-size": "a consume queue file of another length than the consume queue file size: the broker refuses to load it",
+    "cq-queue-path-not-a-directory": "a file where a queue's directory belongs (<topic>/<id>): an empty queue the broker cannot write",
     "cq-directory-unread": "a directory of a topic's queues the broker takes a queue id from but never reads (01, +1): that queue is <topic>/<id>",
     "cq-topic-stray-entry": ("an entry of a topic's folder under consumequeue/ named by no queue id (a file or a directory): 3.2.6's "
                              "loadConsumeQueue throws on it and the broker refuses to start; 4.0.0+ skip it"),
