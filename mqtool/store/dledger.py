@@ -222,18 +222,28 @@ class DLedgerCommitLog(CommitLog):
 
     def index_units(self) -> Iterator[dfmt.IndexUnit]:
         """Every unit of ``index/`` up to the first all-zero one (a never-written unit)."""
-        for base, path in self.layout.index_files() if self.layout is not None else []:
-            with MappedFile(path, base) as mf:
-                for p in range(0, mf.size - dfmt.INDEX_UNIT_SIZE + 1, dfmt.INDEX_UNIT_SIZE):
-                    unit = dfmt.decode_index_unit(mf.buf, p, (base + p) // dfmt.INDEX_UNIT_SIZE)
-                    if not any(unit[1:]):
-                        return
-                    yield unit
+        for mf in self._index_files():
+            for p in range(0, mf.size - dfmt.INDEX_UNIT_SIZE + 1, dfmt.INDEX_UNIT_SIZE):
+                unit = dfmt.decode_index_unit(mf.buf, p, (mf.base_offset + p) // dfmt.INDEX_UNIT_SIZE)
+                if not any(unit[1:]):
+                    return
+                yield unit
 
 
 def unit_matches(unit: dfmt.IndexUnit | None, h: dfmt.EntryHeader) -> bool:
     """``recover``'s comparison of an entry with its index unit (magic, pos, size, index, term)."""
     return unit is not None and unit[1:] == (h.magic, h.pos, h.size, h.index, h.term)
+
+
+def entry_end(header: dfmt.EntryHeader, previous: dfmt.EntryHeader | None, room: int, zeros: bool = True) -> ScanEnd | None:
+    """Where and why ``DLedgerMmapFileStore.recover``'s walk stops at this entry (``room``: the bytes of its file from it;
+    ``zeros``: its header bytes are all zero, no entry written), or None (§15.4)."""
+    if zeros and header.magic == 0 and header.size == 0:
+        return ScanEnd(header.offset, StopReason.ZEROS, "no entry written here")
+    problem = entry_problem(header, previous)
+    if problem is None and header.size > room:
+        return ScanEnd(header.offset, StopReason.TRUNCATED, "entry runs past the end of its file")
+    return None if problem is None else ScanEnd(header.offset, StopReason.CORRUPT, problem)
 
 
 def entry_problem(header: dfmt.EntryHeader, previous: dfmt.EntryHeader | None) -> str | None:
@@ -278,15 +288,8 @@ class EntryScan:
                         if self.with_blanks:
                             yield header
                         break
-                    if header.magic == 0 and header.size == 0:
-                        self.end = ScanEnd(header.offset, StopReason.ZEROS, "no entry written here")
-                        return
-                    problem = entry_problem(header, previous)
-                    if problem is None and pos + header.size > mf.size:  # as ``DLedgerScan`` says it
-                        self.end = ScanEnd(header.offset, StopReason.TRUNCATED, "entry runs past the end of its file")
-                        return
-                    if problem is not None:
-                        self.end = ScanEnd(header.offset, StopReason.CORRUPT, problem)
+                    if (end := entry_end(header, previous, mf.size - pos)) is not None:
+                        self.end = end
                         return
                     yield header
                     previous = header
@@ -335,15 +338,8 @@ class DLedgerScan(CommitLogScan):
         if header.is_blank:
             self.blanks.append(fmt.BlankRecord(header.offset, header.size, header.magic))
             return None
-        if header.magic == 0 and header.size == 0 and not any(buf[pos : min(pos + dfmt.ENTRY_HEADER_SIZE, size)]):
-            self.end = ScanEnd(base + pos, StopReason.ZEROS, "no entry written here")
-            return None
-        problem = entry_problem(header, self.previous)
-        if problem is None and pos + header.size > size:
-            self.end = ScanEnd(base + pos, StopReason.TRUNCATED, "entry runs past the end of its file")
-            return None
-        if problem is not None:
-            self.end = ScanEnd(base + pos, StopReason.CORRUPT, problem)
+        if (end := entry_end(header, self.previous, size - pos, not any(buf[pos : min(pos + dfmt.ENTRY_HEADER_SIZE, size)]))) is not None:
+            self.end = end
             return None
         try:
             record = fmt.decode_record(buf, pos + dfmt.ENTRY_HEADER_SIZE, base, pos + header.size)
