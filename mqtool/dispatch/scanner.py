@@ -388,16 +388,11 @@ class DispatchScanner:
             return None
         if self.discipline == "served":
             nxt = self.commitlog.resume_after_damage(end)
-            if nxt is None:
-                return None
         elif end.reason == StopReason.LENGTH_MISMATCH and end.total_size:
             nxt = end.offset + end.total_size
         else:
-            index = self.commitlog.segment_index(end.offset)
-            if index is None or index + 1 >= len(self.commitlog.segments):
-                return None
-            nxt = self.commitlog.segments[index + 1].base_offset
-        return None if at_stop(nxt) else nxt
+            nxt = self.commitlog.next_segment(end.offset)
+        return None if nxt is None or at_stop(nxt) else nxt
 
     # ---- one sub-batch -----------------------------------------------------------------------
 

@@ -215,10 +215,8 @@ def _keyed_record_between(store: Store, start: int, stop: int, *, skip_first: bo
         except (FormatError, LookupError):
             return False
         if not hasattr(record, "properties"):  # a blank: next segment
-            index = cl.segment_index(pos)
-            if index is None or index + 1 >= len(cl.segments):
+            if (pos := cl.next_segment(pos)) is None:
                 return False
-            pos = cl.segments[index + 1].base_offset
             continue
         if not (skip_first and pos == start) and record.transaction_type.name != "ROLLBACK":
             props = record.property_map(legacy=legacy)

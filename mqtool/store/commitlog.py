@@ -228,6 +228,11 @@ class CommitLog:
                 return i
         return None
 
+    def next_segment(self, offset: int) -> int | None:
+        """The first offset of the segment after the one holding ``offset`` (where the chain goes on past a blank), or None."""
+        index = self.segment_index(offset)
+        return None if index is None or index + 1 >= len(self.segments) else self.segments[index + 1].base_offset
+
     def segments_from(self, offset: int) -> Iterator[tuple[int, Segment, int]]:
         """``(index, segment, position)`` of each segment from the one holding ``offset`` (read from
         ``offset``) to the last (read from 0); nothing when no segment holds ``offset``."""
