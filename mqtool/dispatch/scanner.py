@@ -4,16 +4,14 @@ receive for each record (reference §3.2-§3.5, §6.5), a segment batch at a tim
 ``DispatchScanner`` drives the compiled walk (``mqtool.store.fastscan``) and the compiled
 dispatch (``fastdispatch.dispatch_rows``), maps topic bytes to names exactly (fingerprints are
 checked byte for byte), and hands every record the fast path cannot decide to
-``formats.dispatch.dispatch_request``. Two scan disciplines:
+``formats.dispatch.dispatch_request``. Three scan disciplines:
 
 - ``recovery``: the recovery loop (§8.3): CRC checked, the first invalid record ends the scan,
   including a SCHEDULE_TOPIC_XXXX record whose DELAY is not an int (``Integer.parseInt`` throws);
 - ``reput``: ``ReputMessageService.doReput`` (§8.12): no CRC, a length mismatch is skipped, any
   other failure skips to the next segment (master behaviour);
-- ``served``: the records the broker serves, for the queues and index the rebuilds write: as
-  ``reput``, but past a record it cannot read it resumes where the log does
-  (``CommitLog.resume_after_damage``), so neither a damaged TOTALSIZE nor zeros carry it past the
-  records after them.
+- ``served``: the records the broker serves (the rebuilds' queues and index): as ``reput``, but past a
+  record it cannot read it resumes where the log does (``CommitLog.resume_after_damage``).
 """
 
 from __future__ import annotations
@@ -206,9 +204,8 @@ class DispatchScanner:
     """Iterate ``DispatchBatch`` es over ``[start, stop)``; then ``end`` tells where and why it stopped.
 
     The compiled walk and dispatch run on sub-batches of ``SUB_BATCH`` records (each record parsed
-    while in cache), handed out in batches of ``BATCH``. With ``ahead`` the next segment is walked
-    and dispatched in a second thread meanwhile (``_Ahead``); ``shown`` sees every walked sub-batch
-    (``walkedchain``). ``last_valid_offset`` is the broker's ``lastValidMsgPhyOffset`` (-1 if none)."""
+    while in cache), handed out in batches of ``BATCH``. ``last_valid_offset`` is the broker's
+    ``lastValidMsgPhyOffset`` (-1 if none)."""
 
     SUB_BATCH = 2048
     BATCH = 1 << 15
@@ -494,19 +491,16 @@ def read_spilled(entry: tuple, *, adopt: bool = False) -> DispatchBatch:
 
 
 class _WalkOn(NamedTuple):
-    """What ``_Ahead`` hands over where its spill cannot be written: the consumer walks the segment
-    on from ``offset`` itself."""
+    """``_Ahead``'s hand-over where its spill cannot be written: the consumer walks on from ``offset``."""
 
     offset: int
 
 
 class _Ahead:
     """One segment dispatched in a thread of its own (``DispatchScanner._segment``) while the
-    segments before it are consumed; its batches are spilled as ``DispatchCache`` spills them and
-    read back in order by ``batches`` (a ``DispatchCache`` adopts the spilled bytes as they are).
-    Where the spill cannot be written (no room in ``$TMPDIR``), the batch goes over as it is and
-    the consumer walks the rest of the segment in turn: the spill only saves time, and what the
-    thread holds stays one batch.
+    segments before it are consumed; its batches are spilled (``BatchSpill``) and read back in
+    order by ``batches``. Where the spill cannot be written (no room in ``$TMPDIR``), the batch
+    goes over as it is and the consumer walks the rest of the segment in turn (``_WalkOn``).
 
     The consumer waits only in ``SimpleQueue.get``, whose wait a Ctrl-C interrupts whole (as
     ``handoff.Stage``'s caller): a ``threading.Condition`` a KeyboardInterrupt lands in can be left
@@ -565,12 +559,9 @@ class _Ahead:
 
 class DispatchCache:
     """Dispatch batches a plan computed, kept for an apply in the same process, so the commit log
-    range is walked and parsed once.
-
-    Only the columns the writers read are spilled (``spillrows``) to an unnamed temporary file and
-    read back a batch at a time, so memory stays flat whatever the range. Past ``budget`` bytes, or
-    when the file cannot be written, it gives up and the apply walks the range again, with the same
-    result."""
+    range is walked and parsed once: spilled (``BatchSpill``) and read back a batch at a time, so
+    memory stays flat whatever the range. Past ``budget`` bytes, or when the spill cannot be
+    written, it gives up and the apply walks the range again, with the same result."""
 
     def __init__(self, budget: int = 2 << 30):
         self.budget = budget
