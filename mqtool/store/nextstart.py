@@ -4,13 +4,10 @@
 ``DefaultMessageStore.recover`` scans from the start segment its rules pick
 (``startfile.recovery_start``, rules-by-version 2.1, 2.6), keeps the log up to the first record
 that fails ``checkMessageAndReturnSize`` (reference §8.3) and drops every record after it
-(``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``), unless ``MappedFileQueue.load``
-refuses a commit log or consume queue file (``log_refusal``, ``queue_refusal``), an entry of index/ or
-of DLedger's folders (``later_refusal``) or a file or entry of timerlog/ (``timer_refusal``), or
-``StoreCheckpoint`` cannot open a checkpoint that is a directory (``checkpoint_refusal``) or ``TimerWheel`` a wheel of the wrong
-length (``wheel_refusal``); its load may delete a dangling symlink or create its target (``link_clauses``); a record whose dispatch
-throws stops that start (``stall``: ``verify.lmq.with_stall``, for every command that says it). ``NextStart.of_plan`` reads the same
-figures off a recovery plan, which computes them the same way."""
+(``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``), unless a file its loads meet makes
+it refuse to start (``log_refusal``, then ``later_refusal``); its load may delete a dangling symlink or create its
+target (``link_clauses``); a record whose dispatch throws stops that start (``stall``: ``verify.lmq.with_stall``).
+``NextStart.of_plan`` reads the same figures off a recovery plan, which computes them the same way."""
 
 from __future__ import annotations
 
@@ -165,12 +162,10 @@ def end_before(store: Store, offset: int, size: int) -> Cut | None:
 def ends_before(store: Store, spans: list[tuple[int, int]]) -> list[Cut | None]:
     """For each ``(offset, size)`` of ``spans``: where the broker's next start ends the log when that end cuts off
     those bytes, else None: after ``truncateDirtyFiles`` (reference §8.9) ``getMessage(offset, size)`` maps nothing past
-    the end (``MappedFile.selectMappedBuffer``: ``pos + size <= readPosition``), so ``viewMessage`` and ``queryMessage``'s
-    ``lookMessageByOffset`` find nothing there. Bytes before the start segment (``startfile.recovery_start``) are never
-    validated and always served; else the start's walk (``summary.logical_end``) runs once, only up to the furthest
-    span's end. While several eras remain that start in different places (``start_of``), a cut under any of them is
-    one, naming them: the walk from an earlier start answers for every later one it reaches. A DLedger store's end:
-    its entry walk (§15.4)."""
+    the end (``MappedFile.selectMappedBuffer``: ``pos + size <= readPosition``). Bytes before the start segment
+    (``startfile.recovery_start``) are never validated and always served; the start's walk (``_walk_end``) runs once,
+    up to the furthest span's end. While several eras remain that start in different places, a cut under any of them
+    is one, naming them. A DLedger store's end: its entry walk (§15.4)."""
     if not spans:
         return []
     if store.recovers_dledger_data:
@@ -235,9 +230,8 @@ def log_refusals(store: Store) -> tuple[str | None, str | None]:
 def deleted_link(store: Store) -> str | None:
     """The clause of a file of the commit log, a consume queue or the timer log that is a dangling symlink
     (``StrayEntry.unmounted``) the start's ``MappedFileQueue.load`` deletes as a zero-length last entry (5.1.3+:
-    ``mappedfile.load_effect``, rules §2.13; ``doLoad``'s ``file.delete()`` at 5.1.3, 5.1.4 and 5.3.3 removes the link;
-    ``ConsumeQueue.load``, ``BatchConsumeQueue.load`` and ``TimerLog.load`` are that load), or None: the data the link stood
-    for (on a disk not mounted) is then lost to it. The first such link, in load order, and how many more."""
+    ``mappedfile.load_effect``, rules §2.13; ``doLoad``'s ``file.delete()`` at 5.1.3, 5.1.4 and 5.3.3), or None: the
+    data the link stood for is then lost to it. The first such link, in load order, and how many more."""
     from .timer import timer_eras
 
     eras = store.version_guess.eras
@@ -434,11 +428,10 @@ def config_refusal(store: Store, name: str, eras) -> str | None:
 
 def bak_refusal(store: Store, name: str, eras, without: frozenset[str] = frozenset()) -> tuple[str, str, str] | None:
     """(why, which eras: "" all, why the file was passed over) the broker refuses to start on config file ``name``, which
-    ``eras`` (of the store's) load, or None: ``ConfigManager.load`` passes over the file (missing, empty, unreadable,
-    undecodable) and ``loadBak`` throws on its ``.bak``, catches it and returns false (``ConfigDocument.bak_unusable``),
-    failing the load that asked (``ConfigManager.loadBak`` 3.2.6-5.3.3). Each era reads the files as its ``file2String``
-    does (``Store.load_config``'s ``by_chars``: 3.2.6's and 4.0.0's reads a directory, an unreadable or a non-ASCII file as
-    null, passing over such a file and returning true on such a ``.bak``; rules 7.4). ``without``: ``load_config``'s."""
+    ``eras`` (of the store's) load, or None: ``ConfigManager.load`` passes over the file and ``loadBak`` returns false on
+    its ``.bak`` (``ConfigDocument.bak_unusable``), failing the load that asked (``ConfigManager.loadBak`` 3.2.6-5.3.3).
+    Each era reads the files as its ``file2String`` does (``Store.load_config``'s ``by_chars``, rules 7.4). ``without``:
+    ``load_config``'s."""
     if store.root is None or not eras:
         return None
     by_chars = set(store.eras_where("reads_config_by_chars"))
@@ -494,13 +487,10 @@ def unmounted_file(store: Store) -> str | None:
 
 
 def later_refusal(store: Store, queue_fix: str = RECOVER_FIXES, committed: bool = True) -> str | None:
-    """Why the broker refuses to start on a store whose commit log it loads: an entry of DLedger's ``data/`` or ``index/`` folder
-    that is no file of it (``Store.dledger_strays``: ``MmapFileList.load`` calls ``System.exit``, whatever the release; DLedger's
-    data, loaded by ``DLedgerCommitLog.load`` after a mixed store's commitlog/), ``queue_refusal``, ``checkpoint_refusal``, in the recovery
-    ``committed_refusal`` (unless ``committed`` is False: ``recover``'s plan, which lifts it), then, after the
-    recovery (``refusal_after_recovery``), index/'s, ``timer_refusal`` (then ``TimerMetrics``'s ``config_refusal``) and
-    4.9.2+'s ``delayOffset.json``, then ``abort_refusal``, in the order it meets them; the line says what the start does once
-    that is fixed; ``queue_fix``: what fixes a consume queue file (``queue_refusal``)."""
+    """Why the broker refuses to start on a store whose commit log it loads, in the order it meets them: an entry of DLedger's
+    ``data/`` or ``index/`` that is no file of it (``Store.dledger_strays``: ``MmapFileList.load`` calls ``System.exit``, whatever
+    the release), ``queue_refusal``, ``checkpoint_refusal``, ``committed_refusal`` in the recovery (unless ``committed`` is False:
+    ``recover``'s plan lifts it), ``refusal_after_recovery``, ``abort_refusal``; ``queue_fix``: what fixes a consume queue file."""
     return (first_stray_refusal(store, store.dledger_strays, MMAP_FILE_LIST) or queue_refusal(store, queue_fix) or checkpoint_refusal(store)
             or (committed_refusal(store) if committed else None) or (found[1] if (found := refusal_after_recovery(store)) else None)
             or abort_refusal(store))
