@@ -582,10 +582,8 @@ class Store:
 
     def load_config(self, name: str, by_chars: bool | None = None, without: frozenset[str] = frozenset()) -> "ConfigDocument":
         """``load_config``'s document of this store's ``config/``, each file parsed once for as long as its bytes stay the same
-        (``verify`` asks for ``consumerOffset.json`` three times): the bytes read are the key, so a Store that outlives a
-        rewrite (``restore-config``, ``repair``, ``restore``) reads the new content whatever its size and times say.
-        ``by_chars``: read as 3.2.6's and 4.0.0's ``file2String`` does (None: as the store's release, ``Store.rules``);
-        ``without``: as ``load_config``'s, with ``moved_out`` (the files ``repair``'s file fixes move out, read as once they have)."""
+        (the bytes read are the key: a Store that outlives a rewrite, ``restore-config``, ``repair``, ``restore``, reads the new
+        content). ``by_chars`` None: as the store's release reads it (``Store.rules``); ``without``: with ``moved_out`` too."""
         by_chars = self.rules.reads_config_by_chars if by_chars is None else by_chars
         return load_config(self.root, name, self._config_parses, by_chars, without | self.moved_out)
 
