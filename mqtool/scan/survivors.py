@@ -11,9 +11,7 @@ after the broker's cut carry it (``CommitLog.recoverNormally`` / ``recoverAbnorm
 Consumable is judged against the consume queues a consumer reads once the broker has started on the
 store (``QueuesAfter``): where its next start changes them (an abort file: ``recoverAbnormally``'s
 re-dispatch, ``truncateDirtyLogicFiles``, the start-up reput; reference §5.7-§5.10, §8.4-§8.12, §15.4),
-the queues ``recover``'s plan leaves, read off its queue simulations (``recovery.queues.QueueSim``):
-some unit below the queue's end holds the record's offset and size. Else the queues on disk: the unit
-at the record's queue offset holds them, below the queue's recovered end (``ConsumeQueue.recover``, §5.7).
+the queues ``recover``'s plan leaves (``recovery.queues.QueueSim``), else the queues on disk (``_OnDisk``).
 """
 
 from __future__ import annotations
