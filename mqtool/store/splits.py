@@ -213,13 +213,10 @@ class SplitScan:
         self.exit = exit if self.records else None
 
     def _damaged_first_entry(self, found: int | None) -> int | None:
-        """Where this DLedger split's records begin: the first entry its broker serves in it (``dledgerstart.served_entry_after``,
-        the next readable entry) when the
-        resynchronisation (``find_split_start``: ``found``) passed it, the split before stops there, and the
-        entry's header alone is broken, its broker keeping it (``resume``) and serving the record inside (``_loose``,
-        ``dledgerstart.record_in_broken_entry``). This split owns it and reads on from it as ``mqtool dump`` does; else
-        ``found``. An entry there whose broker does not keep it (past a cut) is no entry start: this split begins at
-        ``found`` and ``check_splits`` reads the damage before it as dump does."""
+        """Where this DLedger split's records begin: the first entry its broker serves in it (``dledgerstart.served_entry_after``)
+        when the resynchronisation (``find_split_start``: ``found``) passed it, the split before stops there, and the entry's
+        header alone is broken, its broker keeping it (``resume``) and serving the record inside (``_loose``): this split owns
+        it and reads on from it as ``mqtool dump`` does. Else ``found`` (``check_splits`` reads the damage before it)."""
         from .dledgerstart import record_in_broken_entry, served_entry_after
 
         split, base = self.split, self.split.base_offset
@@ -315,9 +312,8 @@ def check_splits(results: Iterable[SplitResult], splits: dict[tuple[Hashable, in
     """The splits whose records are not the log ``mqtool dump`` reads: ``check_handoffs`` (read
     past damage the broker never reads, ``Split.resume``) and ``cut_logs``. ``splits``: each
     result's split by ``(segment, start)``. ``damage`` receives, in offset order, what ``mqtool dump``
-    reports on stderr of the log the splits that pass read: each range read past (``skipped``: those
-    inside a split, ``(damage, resumed)`` as ``SplitScan.skipped`` lists them, by ``(segment, start)``;
-    those between splits and segments found here) and damage the log ends at."""
+    reports on stderr of the log the splits that pass read: each range read past (``skipped``, by
+    ``(segment, start)``: those inside a split, as ``SplitScan.skipped`` lists them) and damage the log ends at."""
     results = list(results)
     ends: dict[Hashable, int] = {}
     found: list[Damage] = []
@@ -370,9 +366,9 @@ def cut_logs(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], 
     chain of records (``ends``, from ``check_handoffs``; segments keyed ``(log, base offset)``)
     stops at damage or zeros before the last segment, rather than at its end-of-file blank, ends
     the log unless the read goes past them (``Split.reads_past``): the broker's recovery cuts the log
-    there, and the records of the later segments are not part of it. ``splits``: each result's
-    split by ``(segment, start)``; DLedger data files alike (``DLedgerMmapFileStore.recover`` cuts
-    the data files where the entry walk stops, reference §15). ``damage`` receives where the log ends at damage and the damage read past to the next segment."""
+    there, and the records of the later segments are not part of it; DLedger data files alike
+    (``DLedgerMmapFileStore.recover`` cuts them where the entry walk stops, reference §15). ``damage``
+    receives where the log ends at damage and the damage read past to the next segment."""
     done = {(r.segment, r.start) for r in rejected}
     by_log: dict[Hashable, dict[Hashable, list[SplitResult]]] = {}
     for r in results:
