@@ -286,10 +286,10 @@ def wrong_length_files(files, strays, file_size: int | None) -> list[tuple[int, 
     return [(base, path, size, last_listed(path, files, strays)) for base, path, size in sizes if size != file_size]
 
 
-def stray_entries(directory: Path, read=_is_offset_named_file) -> list[StrayEntry]:
+def stray_entries(directory: Path) -> list[StrayEntry]:
     """The entries of ``directory`` the broker's load lists (``File.listFiles``) and mqtool does not
     read as files of it (``folder_entries``), by name; none where ``directory`` is no directory."""
-    return folder_entries(directory, read)[1] if os.path.isdir(directory) else []
+    return folder_entries(directory)[1] if os.path.isdir(directory) else []
 
 
 def file_size(path: Path) -> int:
