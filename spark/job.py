@@ -102,14 +102,14 @@ class JobOptions:
 # ---- session, shipping, reading ------------------------------------------------------------------
 
 
-def session(app: str = "mqtool-scan") -> SparkSession:
+def session() -> SparkSession:
     """The session with mqtool's defaults where the user configured nothing (never the master)."""
     if "PYSPARK_GATEWAY_PORT" not in os.environ:
         # started with plain ``python`` (spark-submit sets the gateway port): Python workers would
         # otherwise be the ``python3`` on PATH, which may lack mqtool and pyarrow
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = SparkConf()
-    builder = SparkSession.builder.appName(app)
+    builder = SparkSession.builder.appName("mqtool-scan")
     if not conf.contains("spark.sql.session.timeZone"):
         builder = builder.config("spark.sql.session.timeZone", "UTC")
     return configure(builder.getOrCreate(), conf)
