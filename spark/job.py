@@ -1,11 +1,9 @@
 """The Spark job behind ``spark/mqtool_scan.py``: modes ``messages``, ``stats`` and ``verify`` (docs/spark.md).
 
 Every mode reads through the ``rocketmq`` data source (``mqtool.spark.source``) and runs the
-split check (``mqtool.store.splits.check_splits``: the handoffs, and where each log ends as
-``mqtool dump`` reads it) on what the scan itself reported,
-without a second pass over the data (``run_messages``, ``run_stats``); ``verify`` stitches the
-per-segment commit log analysis of Spark tasks with ``mqtool verify``'s own code. The master is
-never set here: spark-submit's ``--master`` (default ``local[*]``) decides.
+split check (``mqtool.store.splits.check_splits``) on what the scan itself reported, without a
+second pass over the data. The master is never set here: spark-submit's ``--master`` (default
+``local[*]``) decides.
 """
 
 from __future__ import annotations
