@@ -159,8 +159,7 @@ class DLedgerCommitLog(CommitLog):
         committed index ... < beginIndex", DLedger 0.1-0.3.1.2): once the data files holding it have expired the broker has
         no committed position after load (``committedPos`` -1: ``dledgerstart.reput_start``'s fallback)."""
         first = self.entry_segments()[0]
-        with MappedFile(first.path, first.base_offset) as mf:
-            return dfmt.decode_entry_header(mf.buf, 0, first.base_offset).index
+        return dfmt.decode_entry_header(self.mapped_at(first.base_offset).buf, 0, first.base_offset).index
 
     def _index_files(self) -> list[MappedFile]:
         """The files of ``index/`` mapped, once (none without a layout)."""
@@ -202,8 +201,7 @@ class DLedgerCommitLog(CommitLog):
         starts in the newest data file whose first entry is not after ``first``."""
         start = self.divided_offset
         for seg in self.entry_segments():
-            with MappedFile(seg.path, seg.base_offset) as mf:
-                head = dfmt.decode_entry_header(mf.buf, 0, seg.base_offset)
+            head = dfmt.decode_entry_header(self.mapped_at(seg.base_offset).buf, 0, seg.base_offset)
             if head.magic == dfmt.ENTRY_MAGIC and head.index <= first:
                 start = seg.base_offset
         out = bytearray()

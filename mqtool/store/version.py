@@ -320,10 +320,8 @@ def _blank_marks(store: "Store") -> list[tuple[str, frozenset]]:
                 for _ in scan:
                     pass
         if scan.blanks:
-            with MappedFile(segment.path) as mf:
-                pos = scan.blanks[0] - segment.base_offset + 8
-                if any(mf.buf[pos : pos + 56]):
-                    return [("stale bytes after an end-of-file blank", eras_between("E0", "E9"))]
+            if any(store.commitlog.read_bytes(scan.blanks[0], 64)[8:]):  # the 56 bytes after the blank, in its segment
+                return [("stale bytes after an end-of-file blank", eras_between("E0", "E9"))]
             return [("zeros after an end-of-file blank", eras_between("E10", "E18"))]
     return []
 
