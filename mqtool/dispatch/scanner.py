@@ -455,10 +455,9 @@ AHEAD_MIN_SEGMENT = 64 << 20  # smaller segments are dispatched in turn: a threa
 
 
 class BatchSpill:
-    """Dispatch batches packed (``spillrows``) into an unnamed temporary file, made on first use
-    (``tempfile``'s directory: page cache, never fsynced, gone when the process ends). Each batch
-    written is named by its entry ``(file, offset, rows, keys, queue groups)``, which
-    ``read_spilled`` reads back."""
+    """Dispatch batches packed (``spillrows``) into a working file (``scratch_file``: made on first use,
+    never fsynced). Each batch written is named by its entry ``(file, offset, rows, keys, queue groups)``,
+    which ``read_spilled`` reads back."""
 
     def __init__(self) -> None:
         self.file = None
