@@ -16,6 +16,7 @@ import shutil
 import sys
 import time
 import uuid
+from contextlib import closing
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
@@ -449,15 +450,12 @@ def broker_rows(scan: Scan, totals: dict[str, dict], splits, rejected) -> list[d
 def _past_blank(b: BrokerInput, end: int) -> int:
     """A chain that ends on a blank record continues in the next segment (``CommitLog.scan``)."""
     from ..formats.commitlog import BLANK_MAGIC
-    from ..store.mappedfile import MappedFile
+    from ..store.dledger import commitlog_of
 
-    for i, seg in enumerate(b.segments):
-        if seg.base_offset <= end < seg.end_offset and i + 1 < len(b.segments):
-            with MappedFile(seg.path, seg.base_offset) as mf:
-                pos = end - seg.base_offset
-                if pos + 8 <= mf.size and int.from_bytes(mf.buf[pos + 4 : pos + 8], "big", signed=True) == BLANK_MAGIC:
-                    return b.segments[i + 1].base_offset
-    return end
+    with closing(commitlog_of(list(b.segments), b.file_size)) as cl:  # 8 bytes read in the segment holding ``end``, or fewer
+        nxt = cl.next_segment(end)
+        blank = nxt is not None and int.from_bytes(cl.read_bytes(end, 8)[4:], "big", signed=True) == BLANK_MAGIC
+    return nxt if blank else end
 
 
 FINDING_COLUMNS = tuple((name, "bigint" if name == "offset" else "string") for name in ("broker", *FINDING_FIELDS))
