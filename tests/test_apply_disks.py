@@ -6,6 +6,7 @@ part-way, and special files (FIFOs, sockets, device nodes) in the store (docs/re
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import resource
@@ -691,3 +692,61 @@ def test_a_fifo_as_a_store_file_the_broker_maps_is_its_refusal_and_repair_moves_
     assert done.returncode in (0, 1) and not os.path.lexists(store / name), done.stderr
     assert mqtool("restore", tmp_path / "backup", "--yes", timeout=60).returncode == 0
     assert stat.S_ISFIFO(os.lstat(store / name).st_mode)
+
+
+class FullBackupDisk:
+    """The backup's disk with no byte free from the apply's first action on (the store's own writes, on the same disk, took
+    the rest): a file written under ``folder`` then fits only in what the backup's ``reserve`` gave back since (``os.truncate``
+    of it), counted at each ``fsync``; the store's writes are not counted."""
+
+    def __init__(self, monkeypatch, folder: Path):
+        from mqtool.apply import executor
+
+        self.folder, self.full, self.room, self.sizes = str(folder), False, 0, {}
+        real_fsync, real_truncate, back_up = os.fsync, os.truncate, executor.Executor._back_up
+
+        def fsync(fd):
+            path = os.readlink(f"/proc/self/fd/{fd}")
+            if self.full and path.startswith(self.folder) and os.path.isfile(path) and not path.endswith("/reserve"):
+                grown = os.fstat(fd).st_size - self.sizes.get(path, 0)
+                if grown > self.room:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                self.room -= max(grown, 0)
+                self.sizes[path] = os.fstat(fd).st_size
+            return real_fsync(fd)
+
+        def truncate(path, length):
+            if self.full and str(path).endswith("/reserve"):
+                self.room += os.stat(path).st_size - length
+            return real_truncate(path, length)
+
+        def first_action(executor_self, action):
+            self.full = True
+            return back_up(executor_self, action)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "truncate", truncate)
+        monkeypatch.setattr(executor.Executor, "_back_up", first_action)
+
+
+def test_a_repair_whose_backup_disk_fills_once_the_store_changes_finishes_and_restores(tmp_path, monkeypatch):
+    """The backup on the store's nearly full disk (a 4 MiB tmpfs in the audit): the room check passed, then the store's own
+    writes took the rest. Before, the bytes the backup writes once the store changes were in no one's room: the cut's kept
+    range, the journal's events, and the manifest written again with "after" (the audit's tmpfs: ENOSPC at
+    ``manifest.json.mqtool-tmp`` once the last step was done, and `repair --yes` again failing the same way; this test's disk:
+    exit 3 at the kept range's copy). Now that room is taken before the first change (the backup's ``reserve``): the repair
+    finishes (exit 0), its backup is complete, and ``restore`` on that disk puts back every byte."""
+    store = damaged_store(tmp_path)
+    before = tree(store)
+    with monkeypatch.context() as m:
+        disk = FullBackupDisk(m, tmp_path / "backup")
+        done = run("repair", store, "--yes", "--backup-dir", tmp_path / "backup")
+        assert done.exit_code == 0, done.stderr
+        assert disk.full and disk.room >= 0
+        stage = tmp_path / "backup" / "01-recover"
+        journal = (stage / "journal.jsonl").read_text().splitlines()
+        assert json.loads(journal[-1]) == {"ev": "complete"} and json.loads((stage / "manifest.json").read_text())["complete"]
+        assert run("verify", store).exit_code == 0
+        undone = run("restore", tmp_path / "backup", "--yes")
+    assert undone.exit_code == 0, undone.stderr
+    assert tree(store) == before and not (tmp_path / "backup" / "01-recover" / "reserve").exists()

@@ -242,7 +242,8 @@ def test_a_linked_segment_the_recovery_deletes_takes_no_room_in_the_backup(tmp_p
     """Before: the room check counted a deleted segment that is a symlink to another file system (its data on another disk)
     as a whole file copied into the backup, while the apply moves the link itself there (``Executor._back_up``): a backup
     disk with room for what the apply keeps was refused. The other file system is a patched ``st_dev``; the free space a
-    patched ``shutil.disk_usage`` with room for the cut's zeroed range (under 1 MiB) but not for the 1 MiB segment too."""
+    patched ``shutil.disk_usage`` with room for the cut's zeroed range (under 1 MiB) and the backup's records (its manifest twice,
+    its journal: ``bookkeeping_room``), but not for the 1 MiB segment too."""
     import os
     import shutil
     from collections import namedtuple
@@ -269,7 +270,7 @@ def test_a_linked_segment_the_recovery_deletes_takes_no_room_in_the_backup(tmp_p
 
     monkeypatch.setattr(executor, "os", OtherDisk())
     usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(3 << 20, 3 << 20, 3 << 19))
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(3 << 20, 3 << 20, 2 << 20))
     before = tree(store)
     done = run("recover", store, "--yes", "--backup-dir", tmp_path / "bk")
     assert done.exit_code == 0, done.stderr
@@ -328,7 +329,8 @@ def test_a_backup_disk_with_room_for_what_the_dispatch_keeps_is_not_refused(tmp_
     keeps as they are among them, while the apply backs up only those it rewrites (``_queue_writer``, ``_index_writer``): a
     backup disk on another file system (a patched ``st_dev``) with room for all the apply keeps there, measured from the same
     apply with room to spare, was refused (rewrite-clean: its 84 KiB kept index file counted too). Now each op's backup is
-    said once (``executor.KEEPS``), for the apply and the room check both."""
+    said once (``executor.KEEPS``), for the apply and the room check both. The room measured counts the manifest once more
+    (written again beside itself at the end) and the journal thrice (its bound takes every number at its widest)."""
     import os
     import shutil
     from collections import namedtuple
@@ -354,7 +356,8 @@ def test_a_backup_disk_with_room_for_what_the_dispatch_keeps_is_not_refused(tmp_
     kept = [p for p in (tmp_path / "bk-a").rglob("*") if p.is_file()]
     assert any(p.parent.name == "files" for p in kept) and any(p.parent.name == "ranges" for p in kept)  # the dispatch's files, the cut's range
     block = os.statvfs(tmp_path).f_frsize or 4096
-    room = sum(-(-p.stat().st_size // block) * block for p in kept) + block  # each file rounded up to a block, and one to spare
+    again = [tmp_path / "bk-a" / "manifest.json", *[tmp_path / "bk-a" / "journal.jsonl"] * 2]
+    room = sum(-(-p.stat().st_size // block) * block for p in kept + again) + block  # each file rounded up to a block, and one to spare
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(room, 0, room))
     second = copy_store("4.9.7", "rewrite-clean", tmp_path / "b")

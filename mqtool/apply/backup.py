@@ -31,6 +31,9 @@ PENDING_MARKER = ".mqtool-pending"
 REPAIR_MARKER = ".mqtool-repair"
 STAGING_DIR = ".mqtool-staging"
 BACKUPS_DIR = ".mqtool-backups"
+RESERVE = "reserve"  # the room the backup's own records take once the store changes, taken before it does (``BackupSet.create``)
+RESTORE_ROOM = 2 * 4096  # what the reserve keeps once the apply is complete: a restore's journal events and its pending marker
+WIDEST = 2**63 - 1  # no size, offset, time or id a journal event or manifest holds is wider
 
 
 def staging_path(store_root: Path, final: Path) -> Path:
@@ -68,6 +71,74 @@ def _flat(rel: str, digits: int = 16) -> str:
     return f"{hashlib.sha1(rel.encode()).hexdigest()[:digits]}-{Path(rel).name}"
 
 
+def new_manifest(store_root: Path, plan_doc: dict, step: str | None = None) -> dict:
+    """The manifest of a new backup set for an apply of ``plan_doc`` (``BackupSet.create``)."""
+    return {
+        "format": BACKUP_FORMAT,
+        "store": str(Path(store_root).resolve()),
+        "command": "repair" if step else plan_doc.get("command"),
+        **({"step": step} if step else {}),
+        "created_ms": int(time.time() * 1000),
+        # its place in the order of applies (``applied_after``): the monotonic clock within this boot, which a wall clock
+        # stepped back (NTP, a VM's clock) cannot reorder; ``created_ms`` orders backups of different boots
+        "boot_id": boot_id(),
+        "monotonic_ns": time.monotonic_ns(),
+        "complete": False,
+        "plan": plan_doc,
+    }
+
+
+def manifest_bytes(manifest: dict) -> bytes:
+    return json.dumps(manifest, indent=1, ensure_ascii=False).encode()
+
+
+def final_manifest_size(manifest: dict, paths: list[str]) -> int:
+    """The bytes of ``manifest`` as ``BackupSet.finish`` writes it again once the apply of its plan is complete, ``paths``
+    the files it may touch, each state at its widest: its size is known from the plan."""
+    return len(manifest_bytes({**manifest, "complete": True, "after": dict.fromkeys(paths, [WIDEST, WIDEST])}))
+
+
+def take_room(reserve: Path, size: int) -> None:
+    """``reserve`` made a file of ``size`` bytes allocated on its disk (``posix_fallocate``), fsynced."""
+    fd = os.open(reserve, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def keep_room(reserve: Path, size: int) -> None:
+    """``reserve`` cut to ``size`` bytes if it holds more."""
+    with contextlib.suppress(OSError):
+        if os.stat(reserve).st_size > size:
+            os.truncate(reserve, size)
+
+
+def with_room(reserve: Path, need: int, write: Callable, where: Path | None = None):
+    """``write()``, run again each time the disk refuses it for room (ENOSPC, EDQUOT) while ``reserve``, on ``where``'s file
+    system (the reserve's own by default), gives back ``need`` bytes and a block more: the room ``BackupSet.create`` took
+    before the first change for the backup's own records, which a store filling the same disk meanwhile cannot take."""
+    while True:
+        try:
+            return write()
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT) or not _give_back(reserve, need, where):
+                raise
+
+
+def _give_back(reserve: Path, need: int, where: Path | None) -> bool:
+    """``need`` bytes and a block of ``reserve`` given back to its disk; False if it holds none, or is on another disk than ``where``."""
+    try:
+        st = os.stat(reserve)
+        if st.st_size == 0 or (where is not None and os.stat(where).st_dev != st.st_dev):
+            return False
+        os.truncate(reserve, max(0, st.st_size - need - st.st_blksize))
+    except OSError:
+        return False
+    return True
+
+
 class Journal:
     """Append-only JSON lines, each fsynced; a torn last line (killed mid-write) is ignored, and
     cut off before anything is appended after it: ``events`` stops at the first line it cannot
@@ -82,6 +153,7 @@ class Journal:
         self._end = 0  # ``append`` cuts nothing before it: only a torn line after the last newline
 
     def append(self, *events: dict) -> None:
+        """``events`` appended whole; a disk full for them, the room taken from the backup's ``RESERVE`` (``with_room``)."""
         if not events:
             return
         created = not self.path.exists()
@@ -91,17 +163,23 @@ class Journal:
                 f.seek(0)
                 end = f.read().rfind(b"\n") + 1
                 f.truncate(end)
-            lines = memoryview("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events).encode("utf-8"))
-            try:
-                while lines:  # a write(2) the disk fills during writes part, then the next one fails
-                    lines = lines[f.write(lines):]
-                os.fsync(f.fileno())
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    f.truncate(end)
-                raise
+            data = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events).encode("utf-8")
+            with_room(self.path.parent / RESERVE, len(data), functools.partial(self._write, f, end, data))
         if created:  # the directory entry too: without it a power cut can lose the whole journal
             fsync_dir(self.path.parent)
+
+    @staticmethod
+    def _write(f, end: int, data: bytes) -> None:
+        """``data`` appended to the journal ``f`` and fsynced, or the journal cut back to ``end``."""
+        lines = memoryview(data)
+        try:
+            while lines:  # a write(2) the disk fills during writes part, then the next one fails
+                lines = lines[f.write(lines):]
+            os.fsync(f.fileno())
+        except BaseException:
+            with contextlib.suppress(OSError):
+                f.truncate(end)
+            raise
 
     def events(self) -> list[dict]:
         """The events, up to the first line that is none (the torn last line, or an empty one). The whole lines read
@@ -161,28 +239,19 @@ class BackupSet:
     made: list[Path] | None = None  # the directories ``create`` made, deepest first (None: not known, ``open``)
 
     @classmethod
-    def create(cls, directory: Path, store_root: Path, plan_doc: dict, step: str | None = None) -> "BackupSet":
+    def create(cls, directory: Path, store_root: Path, plan_doc: dict, step: str | None = None, reserve: int = 0) -> "BackupSet":
         """A new backup set in ``directory`` for an apply of ``plan_doc``; ``step``: the ``repair`` step whose stage it is
-        (its manifest's ``command`` is then ``repair``, whatever command the step's plan was made as)."""
+        (its manifest's ``command`` is then ``repair``, whatever command the step's plan was made as); ``reserve``: the bytes
+        its own records take once the store changes (``executor.bookkeeping_room``), taken now, before the first change."""
         directory = Path(directory)
         if directory.exists() and any(directory.iterdir()) and not cls.unused(directory):
             raise BadInput(f"{directory}: backup directory exists and is not empty; nothing was changed: give a new or empty --backup-dir")
         made = makedirs(directory)
-        manifest = {
-            "format": BACKUP_FORMAT,
-            "store": str(store_root.resolve()),
-            "command": "repair" if step else plan_doc.get("command"),
-            **({"step": step} if step else {}),
-            "created_ms": int(time.time() * 1000),
-            # its place in the order of applies (``applied_after``): the monotonic clock within this boot, which a wall clock
-            # stepped back (NTP, a VM's clock) cannot reorder; ``created_ms`` orders backups of different boots
-            "boot_id": boot_id(),
-            "monotonic_ns": time.monotonic_ns(),
-            "complete": False,
-            "plan": plan_doc,
-        }
+        manifest = new_manifest(store_root, plan_doc, step)
         try:
-            write_atomic(directory / "manifest.json", json.dumps(manifest, indent=1, ensure_ascii=False).encode())
+            write_atomic(directory / "manifest.json", manifest_bytes(manifest))
+            if reserve:
+                take_room(directory / RESERVE, reserve)
         except BaseException:  # OSError, or Ctrl-C before the manifest is there
             for d in made:  # the directories made for it, deepest first: a backup that could not start leaves none
                 with contextlib.suppress(OSError):
@@ -194,7 +263,7 @@ class BackupSet:
     def unused(directory: Path) -> bool:
         """A backup set whose apply was killed before it changed anything (no journal event)."""
         names = {p.name for p in directory.iterdir()}
-        return names <= {"manifest.json", "journal.jsonl", "manifest.json.mqtool-tmp"} and not Journal(directory / "journal.jsonl").events()
+        return names <= {"manifest.json", "journal.jsonl", "manifest.json.mqtool-tmp", RESERVE} and not Journal(directory / "journal.jsonl").events()
 
     @classmethod
     def open(cls, directory: Path, manifest: dict | None = None) -> "BackupSet":
@@ -327,7 +396,8 @@ class BackupSet:
         copy = self.range_copy(rel, start, end)
         makedirs(copy.parent)
         st = (self.store_root / rel).stat()
-        write_atomic(copy, read_range(self.store_root / rel, start, end))
+        data = read_range(self.store_root / rel, start, end)
+        with_room(self.dir / RESERVE, len(data), lambda: write_atomic(copy, data))  # on a disk the store's writes filled since
         self.journal.append({"ev": "backup-range", "path": rel, "start": start, "end": end, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
         self._ranges.add((rel, start, end))
 
@@ -378,11 +448,14 @@ class BackupSet:
 
     def finish(self) -> None:
         """Mark the apply complete, recording the state of every touched file (``changed_since_apply``):
-        the states first, so a kill between the two never leaves a complete apply without them."""
+        the states first, so a kill between the two never leaves a complete apply without them. The manifest written
+        again and the journal's last event take their room from the ``RESERVE`` when the disk is full by then."""
         self.manifest["after"] = {rel: self.state_of(rel) for rel in self.touched()}
         self.manifest["complete"] = True
-        write_atomic(self.dir / "manifest.json", json.dumps(self.manifest, indent=1, ensure_ascii=False).encode())
+        data = manifest_bytes(self.manifest)
+        with_room(self.dir / RESERVE, len(data), lambda: write_atomic(self.dir / "manifest.json", data))
         self.journal.append({"ev": "complete"})
+        keep_room(self.dir / RESERVE, RESTORE_ROOM)  # the rest back to the disk: a restore's own records are all it is kept for
 
     def before_states(self) -> dict[str, list[int] | None]:
         """(size, mtime_ns) of every touched file when the apply first touched it (None: absent)."""
@@ -757,7 +830,7 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     earlier = leftover_temporaries(root) if pending is None or ours else []  # what an earlier run left
     backup.journal.append({"ev": "restore-started"})
     if pending is None:  # cut short, the restore is then said by ``info`` and refused as an apply to finish
-        write_pending(root, backup.dir)
+        with_room(backup.dir / RESERVE, len(str(backup.dir.resolve()).encode()), functools.partial(write_pending, root, backup.dir), root)
         ours = True
     restored, deleted = [], []
     events = list(reversed(backup.journal.events()))
@@ -826,6 +899,7 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
         remove_leftovers(root)  # this restore's own staging, and what an earlier run left
         fsync_dir(root)
     backup.journal.append({"ev": "restored", "ms": int(time.time() * 1000)})
+    remove(backup.dir / RESERVE)  # the room kept for this restore's records
     clear_repair_mark(root, unless_applied=True)  # the last stage of a stopped repair undone: so is the repair
     return {"backup": str(backup.dir), "store": str(root), "restored": restored, "deleted": deleted, "temporaries_removed": [str(p.relative_to(root)) for p in earlier]}
 

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import fcntl
 import functools
+import json
 import os
 import shutil
 import signal
@@ -32,8 +33,9 @@ from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
 from .writers import ConsumeQueueWriter, IndexWriterService, QueueState
-from .backup import (STAGING_DIR, BackupSet, clear_pending, interrupted_apply_ways, read_pending, refuse_backup_inside, restore, staging_path, undo_command,
-                     unfinished_restore_line, work_path, write_pending)
+from .backup import (RESTORE_ROOM, STAGING_DIR, WIDEST, BackupSet, clear_pending, final_manifest_size, interrupted_apply_ways, manifest_bytes,
+                     new_manifest, read_pending, refuse_backup_inside, restore, staging_path, undo_command, unfinished_restore_line, work_path,
+                     write_pending)
 from .heap import release_free_heap
 from ..fileops import (copy_sparse, deleted_on_failure, fsync_dir, fsync_path, install, makedirs, naming, owner_for, remove, write_atomic,
                        write_range, zero_range)
@@ -186,11 +188,42 @@ def moves_entry(path: Path, op: str) -> bool:
     return op in ("delete", "quarantine") and (path.is_symlink() or op == "quarantine" and path.is_dir())
 
 
-def refuse_no_room(root: Path, plan: Plan, backup_dir: Path) -> None:
-    """Refuse, before the first change, an apply whose backup cannot fit on ``backup_dir``'s file system: the byte ranges it
-    keeps, and the whole files it keeps that no hard link keeps there (not an entry it moves, ``moves_entry``; ``link_or_copy`` copies across file systems; a sparse
-    file's allocated blocks), each file rounded up to a block, and the manifest holding the plan. A backup disk that fills
-    during the apply anyway (space taken meanwhile) stops it at a safe point (``Executor.run``)."""
+def journal_room(plan: Plan) -> int:
+    """The most bytes the journal of an apply of ``plan`` can hold (``BackupSet``'s events), every number at its widest
+    (``WIDEST``): the lock, for each file it changes a backup, a creation with the folders it makes and an entry's moves,
+    each range it keeps, each step's end with the states it leaves, ``complete``, and one restore's two events."""
+    w = WIDEST
+    events = [{"ev": "lock", "state": [w, w]}, {"ev": "complete"}, {"ev": "restore-started"}, {"ev": "restored", "ms": w}]
+    for index, action in enumerate(plan.actions):
+        files = changed_files(plan, action)
+        events.append({"ev": "step-done", "index": index, "op": action.op, "path": action.path, "after": dict.fromkeys(files, [w, w])})
+        if KEEPS[action.op] == "range":
+            events.append({"ev": "backup-range", "path": action.path, "start": w, "end": w, "size": w, "mtime_ns": w})
+        for rel in files:
+            events.append({"ev": "backup-file", "path": rel, "size": w, "mtime_ns": w, "how": "copy", "uid": w, "gid": w, "mode": w})
+            events.append({"ev": "create", "path": rel})
+            events.append({"ev": "move-entry", "path": rel, "how": "copy"})
+            events.append({"ev": "move-entry", "path": rel})
+            events.extend({"ev": "create-dir", "path": str(folder)} for folder in Path(rel).parents[:-1])
+    return sum(len(json.dumps(e, ensure_ascii=False).encode()) + 1 for e in events)
+
+
+def bookkeeping_room(root: Path, plan: Plan, step: str | None = None) -> tuple[int, int]:
+    """The bytes of the manifest ``BackupSet.create`` writes for an apply of ``plan``, and of the records the backup writes
+    once the store begins to change: the journal (``journal_room``), the manifest written again (``final_manifest_size``)
+    and a restore's records (``RESTORE_ROOM``). ``BackupSet.create`` takes the second before the first change (``RESERVE``),
+    so an apply that passed ``refuse_no_room`` always finishes its bookkeeping, and its restore begins, on a disk the
+    store's own writes fill meanwhile (the same disk)."""
+    manifest = new_manifest(root, plan.to_dict(), step)
+    paths = list(dict.fromkeys(rel for a in plan.actions for rel in changed_files(plan, a)))
+    return len(manifest_bytes(manifest)), journal_room(plan) + final_manifest_size(manifest, paths) + RESTORE_ROOM
+
+
+def backup_room(root: Path, plan: Plan, backup_dir: Path, step: str | None = None) -> tuple[int, int]:
+    """The bytes the backup of an apply of ``plan`` takes on ``backup_dir``'s file system, and of them the ``RESERVE`` (taken
+    before the first change): the byte ranges it keeps and the records written once the store changes (``bookkeeping_room``);
+    then the whole files it keeps that no hard link keeps there (not an entry it moves, ``moves_entry``; ``link_or_copy``
+    copies across file systems; a sparse file's allocated blocks), and the manifest holding the plan; each rounded up to a block."""
     where = next(p for p in (backup_dir.absolute(), *backup_dir.absolute().parents) if p.exists())
     device, block = os.stat(where).st_dev, os.statvfs(where).f_frsize or 4096
     ranges = [end - start for start, end in (kept_range(a) for a in plan.actions if KEEPS[a.op] == "range")]
@@ -201,11 +234,22 @@ def refuse_no_room(root: Path, plan: Plan, backup_dir: Path) -> None:
             st = os.stat(root / rel)  # the file a symlink names, as ``link_or_copy`` keeps it
             if stat.S_ISREG(st.st_mode) and st.st_dev != device:
                 sizes.append(min(st.st_size, st.st_blocks * 512))
-    needed = sum(-(-n // block) * block for n in (*ranges, *sizes, len(plan.to_json()))) + block  # and the journal's first block
+    manifest, records = bookkeeping_room(root, plan, step)
+    reserve = sum(-(-n // block) * block for n in (*ranges, records))  # the ranges too: kept on the store's disk, if it is the same
+    return sum(-(-n // block) * block for n in (*sizes, manifest)) + reserve, reserve
+
+
+def refuse_no_room(root: Path, plan: Plan, backup_dir: Path, step: str | None = None) -> int:
+    """Refuse, before the first change, an apply whose backup cannot fit on ``backup_dir``'s file system (``backup_room``);
+    returns the ``RESERVE`` to take. A backup disk that fills during the apply anyway (space taken meanwhile) stops it at a
+    safe point (``Executor.run``), with the room for its records and its restore's kept."""
+    needed, reserve = backup_room(root, plan, backup_dir, step)
+    where = next(p for p in (backup_dir.absolute(), *backup_dir.absolute().parents) if p.exists())
     free = shutil.disk_usage(where).free
     if needed > free:
         raise Refused(f"{backup_dir}: the backup needs {needed} bytes and its file system has {free} free; nothing changed: "
                       "free space there or give a --backup-dir with room")
+    return reserve
 
 
 def _outside(rel: str) -> bool:
@@ -597,10 +641,10 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
         raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); {interrupted_apply_ways(root, pending)}")
     check_inputs(root, plan)
     refuse_backup_inside(root, backup_dir)
-    refuse_no_room(root, plan, backup_dir)
+    reserve = refuse_no_room(root, plan, backup_dir, step)
     release_free_heap()  # what planning freed, before the writers' working set
     try:
-        backup = BackupSet.create(backup_dir, root, plan.to_dict(), step)
+        backup = BackupSet.create(backup_dir, root, plan.to_dict(), step, reserve)
     except OSError as exc:
         cause = f"{exc.filename or backup_dir}: cannot create the backup: {exc.strerror or exc}"
         raise ApplyIOError(f"{cause}; nothing was changed: give a --backup-dir where it can be written (or free space there)", cause) from None
