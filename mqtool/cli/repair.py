@@ -20,7 +20,7 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import BACKUPS_DIR, REPAIR_MARKER, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, newest_first, read_manifest, refuse_backup_inside, refuse_changed, refuse_incomplete, refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
+from ..apply.backup import BACKUPS_DIR, REPAIR_MARKER, RESERVE, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, newest_first, read_manifest, refuse_backup_inside, refuse_changed, refuse_incomplete, refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
 from ..apply.heap import release_free_heap
 from ..fileops import TMP_SUFFIX, salvage_command, write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
@@ -105,7 +105,7 @@ def explain_interrupt(root: Path, backup: Path):
         if read_pending(root) is not None or not all(BackupSet.unused(s) for s in sets):
             raise Interrupted(f"interrupted: partly applied: finish with the same command again (with --yes), or undo with: {undo}") from None
         for unused in sets:
-            for name in ("journal.jsonl", "manifest.json"):
+            for name in ("journal.jsonl", "manifest.json", RESERVE):
                 with contextlib.suppress(OSError):
                     (unused / name).unlink()
         if not existed:  # made for the apply, which began nothing: empty directories restore would refuse
