@@ -750,3 +750,47 @@ def test_a_repair_whose_backup_disk_fills_once_the_store_changes_finishes_and_re
         undone = run("restore", tmp_path / "backup", "--yes")
     assert undone.exit_code == 0, undone.stderr
     assert tree(store) == before and not (tmp_path / "backup" / "01-recover" / "reserve").exists()
+
+
+def in_use(*roots: Path) -> int:
+    """The bytes of the regular files under ``roots``, each file (inode) once."""
+    seen = {}
+    for root in roots:
+        for folder, _, names in os.walk(root):
+            for name in names:
+                st = os.lstat(os.path.join(folder, name))
+                if stat.S_ISREG(st.st_mode):
+                    seen[st.st_dev, st.st_ino] = st.st_size
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("where", ["beside the store", "on another disk"])
+def test_a_restore_on_a_full_disk_puts_the_store_back_in_the_room_it_frees(tmp_path, second_disk, monkeypatch, where):
+    """The store's disk exactly full as ``restore`` starts, with room for the store as it was (and the restore's pending mark).
+    Before, restore put
+    each original back as a fresh copy in reverse order and deleted the files the repair created last: with the backup beside
+    the store (hard links), the copies of the segments the recovery deleted needed their room a second time; on another disk,
+    the new index file was still there as the last originals came back (both: ENOSPC, exit 3; it worked only once space was
+    freed). Now the created files and the current versions of those it replaced are deleted first (their originals whole in
+    the backup), and an original the backup kept as a hard link is linked back: exit 0, every byte back."""
+    import mqtool.apply.backup as backup_module
+
+    store = damaged_store(tmp_path)
+    backup = (tmp_path if where == "beside the store" else second_disk) / "backup"
+    before, size = tree(store), in_use(store)
+    assert run("repair", store, "--yes", "--backup-dir", backup).exit_code == 0
+    disk = (store, backup) if os.stat(backup).st_dev == os.stat(store).st_dev else (store,)
+    capacity = max(in_use(*disk), size) + 4096  # full, the store as it was fitting, and a block for restore's mark
+    real = fileops.copy_sparse
+
+    def copy(src, dst, copied=None):
+        if str(dst).startswith(str(store)) and in_use(*disk) + os.stat(src).st_size > capacity:
+            raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+        return real(src, dst, copied)
+
+    with monkeypatch.context() as m:
+        m.setattr(backup_module, "copy_sparse", copy)
+        undone = run("restore", backup, "--yes")
+    assert undone.exit_code == 0, undone.stderr
+    assert tree(store) == before
+

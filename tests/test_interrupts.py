@@ -100,14 +100,14 @@ def test_an_interrupted_restore_is_said_by_info_and_finished_only_by_restore(tmp
         return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
     def cut_short(after_files: int):
-        copy, copied = backups.copy_sparse, []
+        copy, copied = backups._put_back, []  # a kept file put back (a hard link or a copy)
 
         def ctrl_c(*args, **kwargs):
             if len(copied) == after_files:
                 raise KeyboardInterrupt
             copied.append(copy(*args, **kwargs))
 
-        monkeypatch.setattr(backups, "copy_sparse", ctrl_c)
+        monkeypatch.setattr(backups, "_put_back", ctrl_c)
 
     for case in ("complete", "interrupted", "repair"):
         store = copy_store("4.9.7", "rewrite-clean" if case == "repair" else "crashed-small", tmp_path / case)

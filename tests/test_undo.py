@@ -342,7 +342,7 @@ class Killed(BaseException):
 def test_a_restore_cut_short_finishes_when_run_again(repaired, monkeypatch):
     store, backup, before = repaired
     calls = {"n": 0}
-    real = backup_module.copy_sparse
+    real = backup_module._put_back  # a kept file put back (a hard link or a copy)
 
     def dies(*args):
         calls["n"] += 1
@@ -351,7 +351,7 @@ def test_a_restore_cut_short_finishes_when_run_again(repaired, monkeypatch):
         return real(*args)
 
     restore(BackupSet.open(backup / "02-rebuild-cq"))
-    monkeypatch.setattr(backup_module, "copy_sparse", dies)
+    monkeypatch.setattr(backup_module, "_put_back", dies)
     with pytest.raises(Killed):
         restore(BackupSet.open(backup / "01-recover"))
     monkeypatch.undo()

@@ -485,10 +485,17 @@ class BackupSet:
         changed = [LOCK_FILE] if lock is not None and LOCK_FILE not in after and self.state_of(LOCK_FILE) != lock["state"] else []
         for rel, state in after.items():
             now = self.state_of(rel)
-            if now == state or (started and ((rel in before and now == before[rel]) or self._ranges_put_back(rel, before.get(rel), now))):
+            if now == state or (started and self._left_by_a_restore(rel, before, now)):
                 continue
             changed.append(rel)
         return changed
+
+    def _left_by_a_restore(self, rel: str, before: dict[str, list[int] | None], now: list[int] | None) -> bool:
+        """``rel`` as a restore cut short leaves it: as the apply found it, its kept ranges written back, or deleted to be put
+        back whole (``_make_room``)."""
+        if rel in before and now == before[rel]:
+            return True
+        return (now is None and rel in self._files) or self._ranges_put_back(rel, before.get(rel), now)
 
     def missing_copies(self) -> list[str]:
         """The store paths whose kept bytes this backup no longer holds (a copy deleted or cut since, a moved entry gone
@@ -818,8 +825,9 @@ def unfinished_restore_line(pending: Path) -> str:
 
 def restore(backup: BackupSet, *, force: bool = False) -> dict:
     """Undo every journal event in reverse order (bytes and mtimes back, created files and directories
-    deleted). Idempotent, on complete and interrupted applies; refuses when something else changed
-    the files the apply left, unless ``force``."""
+    deleted), after deleting what takes room the originals need (``_make_room``: the files the apply created
+    or replaced, an earlier run's temporaries). Idempotent, on complete and interrupted applies; refuses when
+    something else changed the files the apply left, unless ``force``."""
     root = backup.store_root
     refuse_moved(root)
     refuse_incomplete([backup])
@@ -832,8 +840,11 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     if pending is None:  # cut short, the restore is then said by ``info`` and refused as an apply to finish
         with_room(backup.dir / RESERVE, len(str(backup.dir.resolve()).encode()), functools.partial(write_pending, root, backup.dir), root)
         ours = True
-    restored, deleted = [], []
+    for p in earlier:  # first: on a full disk their room is the restore's
+        shutil.rmtree(p) if p.is_dir() else remove(p)
+    restored = []
     events = list(reversed(backup.journal.events()))
+    deleted = _make_room(backup, events)
 
     def total() -> int:  # the bytes put back: whole segments a recovery deleted can be gigabytes
         size = sum(ev["end"] - ev["start"] for ev in events if ev.get("ev") == "backup-range")
@@ -851,7 +862,7 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
             makedirs(target.parent, like_parent=True)
             tmp = work_path(root, target)
             with deleted_on_failure(tmp):  # beside the file on another disk: the broker would list it
-                copy_sparse(backup.file_copy(rel), tmp, put_back)
+                _put_back(backup.file_copy(rel), tmp, ev.get("how"), put_back)
                 _set_mtime(tmp, ev.get("mtime_ns"))
                 kept = (ev["uid"], ev["gid"], ev["mode"]) if "uid" in ev else owner_for(target)  # else a journal before owners were kept
                 install(tmp, target, kept)
@@ -884,11 +895,7 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
                     copy_entry(moved, target)  # the backup moved to another disk since
                 fsync_dir(target.parent)
                 restored.append(rel)
-        elif kind == "create":
-            remove(beside(target))
-            if remove(target):
-                deleted.append(rel)
-        elif kind == "create-dir":
+        elif kind == "create-dir":  # the files created in it deleted first (``_make_room``)
             try:
                 target.rmdir()  # only when empty: anything else put there stays
             except (FileNotFoundError, OSError):
@@ -902,6 +909,36 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
     remove(backup.dir / RESERVE)  # the room kept for this restore's records
     clear_repair_mark(root, unless_applied=True)  # the last stage of a stopped repair undone: so is the repair
     return {"backup": str(backup.dir), "store": str(root), "restored": restored, "deleted": deleted, "temporaries_removed": [str(p.relative_to(root)) for p in earlier]}
+
+
+def _make_room(backup: BackupSet, events: list[dict]) -> list[str]:
+    """Before anything is put back, the store files the apply created, and those it replaced whole, deleted (their originals
+    are whole in the backup, ``refuse_incomplete``, with their owners in the journal; a symlink stays: the file it names is
+    replaced through it): a restore on a full disk puts the originals back in the room they free. A restore cut short after
+    this is finished by the next, which puts each original back from the backup (``_left_by_a_restore``). Returns the
+    created files deleted."""
+    root, deleted = backup.store_root, []
+    for ev in events:
+        kind, rel = ev.get("ev"), ev.get("path")
+        if kind == "create" or (kind == "backup-file" and "uid" in ev and not (root / rel).is_symlink()):
+            remove(beside(root / rel))
+            if remove(root / rel) and kind == "create":
+                deleted.append(rel)
+    return deleted
+
+
+def _put_back(copy: Path, tmp: Path, how: str | None, copied) -> None:
+    """The kept ``copy`` of a file at ``tmp``: a hard link where the backup made one (``how`` "link": on the store's disk, the
+    original's own bytes, put back taking no room), else a copy."""
+    if how == "link":
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(copy, tmp)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):  # the backup moved to another disk
+                raise
+    copy_sparse(copy, tmp, copied)
 
 
 def _bytes_progress(stage: str, total: Callable[[], int]):
