@@ -794,3 +794,28 @@ def test_a_restore_on_a_full_disk_puts_the_store_back_in_the_room_it_frees(tmp_p
     assert undone.exit_code == 0, undone.stderr
     assert tree(store) == before
 
+
+def test_a_repair_whose_later_stage_would_not_fit_is_refused_before_its_first_stage(tmp_path, monkeypatch):
+    """A stray file in a queue folder (stage 01-files quarantines it) and a cut commit log (stage 02-recover keeps the 767 KiB
+    it zeroes and its manifest): a backup disk with room for the first stage's backup and not for both (512 KiB, as
+    ``shutil.disk_usage`` says: patched). Before, stage 01 was applied, stage 02's room check refused it and stage 01 was
+    undone (exit 4, "the 1 stage(s) applied before: the changes were undone"). Now the recovery's backup, known from the
+    plan, is counted before the first stage: refused with nothing changed, no backup made."""
+    import shutil
+    from collections import namedtuple
+
+    from mqtool.errors import EXIT_REFUSED
+
+    store = damaged_store(tmp_path)
+    (store / "consumequeue" / "TopicTest" / "0" / "notes.txt").write_text("a stray file")
+    before = tree(store)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 30, 1 << 30, 512 << 10))
+    done = run("repair", store, "--yes", "--backup-dir", tmp_path / "backup")
+    assert done.exit_code == EXIT_REFUSED, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"mqtool: error: {tmp_path / 'backup' / '01-files'}: the backup needs "), line
+    assert "(this stage and the 1 planned after it)" in line, line
+    assert line.endswith("free; nothing changed: free space there or give a --backup-dir with room"), line
+    assert tree(store) == before and not [p for p in os.listdir(store) if p.startswith(".mqtool")]
+    assert not (tmp_path / "backup").exists() or not any((tmp_path / "backup").iterdir())

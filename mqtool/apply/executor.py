@@ -239,15 +239,18 @@ def backup_room(root: Path, plan: Plan, backup_dir: Path, step: str | None = Non
     return sum(-(-n // block) * block for n in (*sizes, manifest)) + reserve, reserve
 
 
-def refuse_no_room(root: Path, plan: Plan, backup_dir: Path, step: str | None = None) -> int:
-    """Refuse, before the first change, an apply whose backup cannot fit on ``backup_dir``'s file system (``backup_room``);
-    returns the ``RESERVE`` to take. A backup disk that fills during the apply anyway (space taken meanwhile) stops it at a
-    safe point (``Executor.run``), with the room for its records and its restore's kept."""
+def refuse_no_room(root: Path, plan: Plan, backup_dir: Path, step: str | None = None, later: tuple = ()) -> int:
+    """Refuse, before the first change, an apply whose backup cannot fit on ``backup_dir``'s file system (``backup_room``),
+    with the backups of the ``later`` (step, plan) applies beside it (a ``repair``'s stages known from its plan); returns the
+    ``RESERVE`` to take. A backup disk that fills during the apply anyway (space taken meanwhile) stops it at a safe point
+    (``Executor.run``), with the room for its records and its restore's kept."""
     needed, reserve = backup_room(root, plan, backup_dir, step)
+    needed += sum(backup_room(root, then, backup_dir, name)[0] for name, then in later)
     where = next(p for p in (backup_dir.absolute(), *backup_dir.absolute().parents) if p.exists())
     free = shutil.disk_usage(where).free
     if needed > free:
-        raise Refused(f"{backup_dir}: the backup needs {needed} bytes and its file system has {free} free; nothing changed: "
+        stages = f" (this stage and the {len(later)} planned after it)" if later else ""
+        raise Refused(f"{backup_dir}: the backup needs {needed} bytes{stages} and its file system has {free} free; nothing changed: "
                       "free space there or give a --backup-dir with room")
     return reserve
 
@@ -629,10 +632,12 @@ def read_index_header(path: Path) -> ixfmt.IndexHeader:
 # ---- entry points ---------------------------------------------------------------------------------
 
 
-def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCache | None = None, backed=None, step: str | None = None) -> BackupSet:
+def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCache | None = None, backed=None, step: str | None = None,
+               later: tuple = ()) -> BackupSet:
     """Apply ``plan`` to its store, backing up into ``backup_dir``; ``cache``: the batches of the planning;
     ``backed()`` runs once the backup set exists, before the first change (``repair``'s mark); ``step``: the
-    ``repair`` step whose stage this is (``BackupSet.create``)."""
+    ``repair`` step whose stage this is (``BackupSet.create``); ``later``: the (step, plan) of the stages after it whose
+    backups' room is checked with its own (``refuse_no_room``)."""
     root = Path(plan.store)
     if not root.is_dir():
         raise BadInput(f"{root}: the plan's store does not exist (moved or renamed since the plan was saved?): plan again on the store where it is")
@@ -641,7 +646,7 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
         raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); {interrupted_apply_ways(root, pending)}")
     check_inputs(root, plan)
     refuse_backup_inside(root, backup_dir)
-    reserve = refuse_no_room(root, plan, backup_dir, step)
+    reserve = refuse_no_room(root, plan, backup_dir, step, later)
     release_free_heap()  # what planning freed, before the writers' working set
     try:
         backup = BackupSet.create(backup_dir, root, plan.to_dict(), step, reserve)

@@ -481,7 +481,7 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
     Only the stages' writes defer a Ctrl-C: the plans and checks between and after them (a full verify
     each) stop at once, as a Ctrl-C before the next stage does (``writer.interrupts_raised``)."""
     rp, root = repair_planner(), stages.root
-    stages.apply("files", plan.files)
+    stages.apply("files", plan.files, then=(("recover", plan.recover),) if plan.recover is not None and not plan.recover.is_empty else ())
     with writer.interrupts_raised(), open_store(root, broker_config, broker_version) as opened:
         from ..dispatch.scanner import DispatchCache
 
@@ -529,7 +529,10 @@ class RepairStages:
         # each stage's plan names the --broker-config it was made with: what finishing a stopped repair needs again
         self.given = {} if broker_config is None else {"broker_config": str(broker_config.resolve())}
 
-    def apply(self, name: str, plan: Plan | None, cache=None) -> None:
+    def apply(self, name: str, plan: Plan | None, cache=None, then: tuple = ()) -> None:
+        """Apply stage ``name``; ``then``: the (step, plan) of the stages after it known from repair's plan (its recovery,
+        planned again once the file fixes are applied), whose backups' room is checked before this stage changes anything.
+        The later stages' (rebuild-cq, rebuild-index, state) are planned only on the recovered store: checked as each begins."""
         if plan is None or plan.is_empty:
             return
         plan = dataclasses.replace(plan, options={**plan.options, **self.given})
@@ -538,7 +541,7 @@ class RepairStages:
         if self.done:
             executor().durability_point(f"before stage {directory.name}")  # killed here: the stages before done, this one not begun
         try:
-            writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache, backed=self._mark, step=name)
+            writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache, backed=self._mark, step=name, later=then)
         except executor().ApplyIOError as exc:
             if self.done or self.earlier or (directory / "manifest.json").exists():  # else nothing changed, as it says
                 raise executor().ApplyIOError(
