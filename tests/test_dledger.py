@@ -750,28 +750,27 @@ def test_spark_inputs_keep_dledger_segments():
         assert [r.offset for r in store.commitlog.scan()] == [x["commitLogOffset"] for x in m["messages"]]
 
 
-def mixed_store(tmp_path):
+def mixed_store(tmp_path, version: str = "4.9.7", classic_store: str = "clean-small"):
     """§15.5: a broker switched to DLedger keeps commitlog/ (its last file closed by a blank,
-    ``setRecoverPosition``) and DLedger data continues at the end of that file. Built from 4.9.7
-    clean-small's commit log and dledger-small's entries moved to that offset: ``(root, divided, expected
+    ``setRecoverPosition``) and DLedger data continues at the end of that file. Built from ``version``'s
+    ``classic_store``'s commit log and dledger-small's entries moved to that offset: ``(root, divided, expected
     record offsets, dledger-small's manifest)``."""
     import shutil
 
     from mqtool.formats import commitlog as clfmt
 
-    classic = manifest("4.9.7", "clean-small")
-    dl = manifest("4.9.7", "dledger-small")
+    classic = manifest(version, classic_store)
+    dl = manifest(version, "dledger-small")
     root = tmp_path / "mixed"
-    shutil.copytree(store_path("4.9.7", "clean-small") / "commitlog", root / "commitlog")
-    last = max(classic["messages"], key=lambda x: x["commitLogOffset"])
+    shutil.copytree(store_path(version, classic_store) / "commitlog", root / "commitlog")
     files = sorted((root / "commitlog").iterdir())
     divided = int(files[-1].name) + files[-1].stat().st_size
-    end = last["commitLogOffset"] + last["size"] - int(files[-1].name)
+    end = classic["commitLogMaxOffset"] - int(files[-1].name)
     _patch(files[-1], end, (files[-1].stat().st_size - end).to_bytes(4, "big") + (clfmt.BLANK_MAGIC & 0xFFFFFFFF).to_bytes(4, "big"))
     data = root / "dledger-n0" / "data"
     data.mkdir(parents=True)
     phys_at = clfmt.HEADER_LAYOUTS[(False, False)].offset_of("phys_offset")
-    for src in sorted((store_path("4.9.7", "dledger-small") / "dledger-n0" / "data").iterdir()):
+    for src in sorted((store_path(version, "dledger-small") / "dledger-n0" / "data").iterdir()):
         raw = bytearray(src.read_bytes())
         for msg in dl["messages"]:
             e = msg["dledgerEntry"]
@@ -780,7 +779,8 @@ def mixed_store(tmp_path):
                 raw[p + 24 : p + 32] = (e["pos"] + divided).to_bytes(8, "big")
                 raw[p + 48 + phys_at : p + 48 + phys_at + 8] = (msg["commitLogOffset"] + divided).to_bytes(8, "big")
         (data / f"{int(src.name) + divided:020d}").write_bytes(bytes(raw))
-    expected = sorted(x["commitLogOffset"] for x in classic["messages"]) + [x["commitLogOffset"] + divided for x in dl["messages"]]
+    written = classic["messages"] + classic.get("timerDeliveries", [])  # a timer store's deliveries are records too
+    expected = sorted(x["commitLogOffset"] for x in written) + [x["commitLogOffset"] + divided for x in dl["messages"]]
     return root, divided, expected, dl
 
 

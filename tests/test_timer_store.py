@@ -361,6 +361,47 @@ def test_damage_before_the_recovery_start_loses_only_the_units_whose_records_it_
     assert f"{len(lost)} lost" in note
 
 
+@pytest.mark.parametrize("walk", ["shared", "separate", "timer alone"])
+def test_a_dledger_stores_timer_walk_goes_on_past_damage_dledgers_recovery_keeps(walk, tmp_path, monkeypatch):
+    """No fixture is a DLedger store with a timer store: a broker switched to DLedger keeps its classic commit log before the
+    DLedger data (§15.5, ``test_dledger.mixed_store``), here 5.3.3 ``timer-small``'s, with its timer log, wheel and timercheck,
+    then ``dledger-small``'s entries. A timer message's magic zeroed in the classic log: no recovery reads that log once
+    DLedger data exist (``dledgerstart.walk_resume``), so the broker keeps it and serves the records after the damage. Before,
+    the timer check's own walk went on past such damage on classic stores only: on this one it stopped there and called the
+    128 units from it on lost, ``timer-reference`` errors "past the commit log's logical end"; now only the unit of the damaged
+    record is lost and every other unit keeps its state on ``timer-small``, on each walk verify gives the timer check."""
+    import shutil
+
+    from test_dledger import mixed_store
+
+    import mqtool.verify.verification as verification
+
+    source = store_path("5.3.3", "timer-small")
+    with Store.open(source) as store:
+        sound = {row["timer_log_offset"]: row for row in timer_report(store, TimerStore.open(store.root)).rows}
+    root = mixed_store(tmp_path, "5.3.3", "timer-small")[0]
+    for part in ("timerlog", "config"):
+        shutil.copytree(source / part, root / part)
+    shutil.copyfile(source / "timerwheel", root / "timerwheel")
+    timers = sorted(msg["commitLogOffset"] for msg in manifest("5.3.3", "timer-small")["messages"] if msg.get("timer"))
+    cut = timers[len(timers) // 3]
+    _patch(root / "commitlog" / f"{0:020d}", cut + 4, 0, 4)  # its magic code
+    lost = {t for t, row in sound.items() if row["offset"] == cut}
+    assert lost and sum(row["offset"] > cut for row in sound.values()) > 50
+    if walk == "separate":
+        monkeypatch.setattr(verification, "SHARE_WALK", False)
+    with Store.open(root, version="5.3.3") as store:
+        assert store.is_dledger
+        v = Verification(store, VerifyOptions(checks=("timer",)) if walk == "timer alone" else VerifyOptions())
+        findings = list(v.findings())
+        rows = timer_report(store, TimerStore.open(store.root)).rows
+    references = [f for f in findings if f.kind == "timer-reference"]
+    assert [f.offset for f in references] == [cut] * len(lost)
+    if walk != "timer alone":
+        assert [f.offset for f in findings if f.kind == "damaged-range"] == [cut]
+    assert {row["timer_log_offset"]: row["state"] for row in rows} == {t: "lost" if t in lost else row["state"] for t, row in sound.items()}
+
+
 def test_a_walk_batch_holding_no_timer_message_and_no_delivery(monkeypatch):
     """The timer report's walk took a batch's rows carrying an identity it looks for with ``batch.take(list)``: an empty list is
     an Arrow null array, which ``take`` refuses (ArrowNotImplementedError), so a stretch of the commit log as long as a walk batch

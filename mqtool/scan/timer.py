@@ -26,6 +26,7 @@ from ..formats.properties import PropertyKey
 from ..store import Store
 from ..store.lookup import QueueRange, queue_max_after_cut, queue_range
 from ..store.redispatch import dispatching_recovery, redispatch_start
+from ..store.commitlog import ScanEnd
 from ..store.fastscan import SegmentBatch
 from ..store.resync import record_start
 from ..store.timer import TimerLogEnd, TimerStore
@@ -101,28 +102,44 @@ class TimerWalk:
 
     def walk(self) -> "TimerWalk":
         """Fed by a scan of its own, from the commit log's min offset to the end of the log the broker serves (``_resume``)."""
-        start = None
+        end, start = None, None
         while True:
+            if end is not None:
+                self._loose(end, start)
             scan = MessageScan(self.store, start=start, columns=list(WALK_COLUMNS), check_crc=False)
             for batch in scan:
                 self.add(batch)
-            self.end = scan.end.offset
-            start = self._resume(scan.end)
+            end = scan.end
+            self.end = end.offset
+            start = self._resume(end)
             if start is None:
                 return self
 
-    def _resume(self, end) -> int | None:
-        """Where the scan goes on after ``end``: past damage the broker's recovery never reads (before a segment after it, and
-        before where its next start scans from, ``nextstart.scan_start_offset``), where the records resume
-        (``CommitLog.resume_after_damage``), as verify's walk (``LogStream``) and ``dump`` (``cli.common.read_on``) go on: the
-        broker keeps the log past it, and its dequeue reads a unit's record there (``getMessageByCommitOffset``); else None."""
+    def _resume(self, end: ScanEnd) -> int | None:
+        """Where the scan goes on after ``end``, where the records resume (``CommitLog.resume_after_damage``), as verify's walk
+        (``LogStream``) and ``dump`` (``cli.common.read_on``) go on: past damage the broker's recovery never reads (before a
+        segment after it, and before where its next start scans from, ``nextstart.scan_start_offset``); in a DLedger store,
+        past damage DLedger's recovery keeps (``dledgerstart.walk_resume``: the classic log of a mixed store, a record inside a
+        sound entry). The broker keeps the log past it, and its dequeue reads a unit's record there
+        (``getMessageByCommitOffset``); else None."""
         store, segments = self.store, self.store.commitlog.segments
-        if store.root is None or store.is_dledger or not segments or end.offset >= segments[-1].base_offset:
+        if store.root is None or not segments:
             return None
         from ..store.nextstart import scan_start_offset
 
-        resumed = store.commitlog.resume_after_damage(end) if end.unread_by_broker(scan_start_offset(store)) else None
+        kept = store.is_dledger or end.offset < segments[-1].base_offset and end.unread_by_broker(scan_start_offset(store))
+        resumed = store.commitlog.resume_after_damage(end) if kept else None
         return resumed if resumed is not None and resumed > end.offset else None
+
+    def _loose(self, end: ScanEnd, resume: int) -> None:
+        """The whole record inside a DLedger entry whose header alone is broken (``dledgerstart.loose_walk``), which the broker
+        serves and verify's walk reads (``LogStream``), fed as the scan's records are."""
+        from ..store.dledgerstart import loose_walk
+
+        walk = loose_walk(self.store.commitlog, end, resume, check_crc=False, stop_on_crc=False)
+        if walk is not None:
+            for batch in MessageScan(self.store, columns=list(WALK_COLUMNS), walk=walk):
+                self.add(batch)
 
     def add_rows(self, batch: SegmentBatch) -> None:
         """One batch of another walk of the log, the one ``walk``'s scan would read: its columns built as that scan builds them."""
