@@ -271,14 +271,17 @@ def test_a_timer_stores_verify_walks_the_commit_log_once(monkeypatch):
     assert [stop for stop in walks if stop is None] == [None]
 
 
+@pytest.mark.parametrize("checks", [None, ("commitlog", "timer")])
 @pytest.mark.parametrize("name", ["timer-crashed", "timer-small-cut-before-recovery"])
-def test_a_full_verify_gives_the_timer_check_the_commit_log_checks_walk(name, store_copy, monkeypatch):
+def test_a_full_verify_gives_the_timer_check_the_commit_log_checks_walk(name, checks, store_copy, monkeypatch):
     """Issue #29. Before, a full ``verify`` walked the commit log for the commit log check (the cq and index checks on that walk,
     ``sharedwalk.py``) and then again for the timer check (``timer_report``'s scan from the min offset). The timer check now takes
     the commit log check's batches (``SharedWalk.timer_walk``), also where the cross-checks walk again (``timer-small`` zeroed
     from a timer message on to its first segment's end: the broker's recovery starts in the second and serves the log past the
-    damage, which ``LogStream`` reads on and the timer check's walk never did). The findings, their order and the summary stay
-    those of the timer check walking alone (no shared walk)."""
+    damage, which ``LogStream`` reads on and the timer check's walk never did), and without the cq and index checks
+    (``--only commitlog,timer``, which walked twice until this stop: the shared walk was made for those checks alone; past such
+    damage the timer check's walk goes on by itself). The findings, their order and the summary stay those of the timer check
+    walking alone (no shared walk)."""
     import mqtool.scan.timer as timer_scan
     import mqtool.verify.verification as verification
 
@@ -301,7 +304,7 @@ def test_a_full_verify_gives_the_timer_check_the_commit_log_checks_walk(name, st
 
     def verify() -> tuple[list[dict], dict, bool]:
         with Store.open(root) as store:
-            v = Verification(store, VerifyOptions())
+            v = Verification(store, VerifyOptions(checks=checks) if checks else VerifyOptions())
             findings = [f.as_dict() for f in v.findings()]
             summary = v.summary.as_dict()
         return findings, {k: summary[k] for k in summary if k not in ("elapsed_s", "throughput_bytes_per_s")}, v.cross_checks_shared
@@ -309,7 +312,7 @@ def test_a_full_verify_gives_the_timer_check_the_commit_log_checks_walk(name, st
     monkeypatch.setattr(timer_scan, "MessageScan", Counted)
     findings, summary, cross_shared = verify()
     assert walks and not any(walks)
-    assert cross_shared == (name == "timer-crashed")
+    assert cross_shared == (name == "timer-crashed" and checks is None)
     assert any(note.startswith("timer store: ") for note in summary["notes"])
     monkeypatch.setattr(verification, "SHARE_WALK", False)
     walks.clear()
@@ -317,7 +320,7 @@ def test_a_full_verify_gives_the_timer_check_the_commit_log_checks_walk(name, st
     assert walks.count(True) == 1
 
 
-@pytest.mark.parametrize("walk", ["shared", "separate", "timer alone"])
+@pytest.mark.parametrize("walk", ["shared", "separate", "timer alone", "with the commit log check"])
 def test_damage_before_the_recovery_start_loses_only_the_units_whose_records_it_holds(walk, store_copy, monkeypatch):
     """``timer-small`` with 20,000 bytes of its first segment zeroed from a timer message on: the broker's recovery starts in the
     second segment, never reads the zeros and keeps the log to its end, and its dequeue reads a unit's record wherever it lies
@@ -325,7 +328,7 @@ def test_damage_before_the_recovery_start_loses_only_the_units_whose_records_it_
     Before, the timer check's walk stopped at the zeros and called all 96 units from there on lost, ``timer-reference`` errors
     "past the commit log's logical end": now the damage is reported once (the commit log check), the units whose record lies in
     the zeros are the only ones lost, and every other unit keeps its state on the undamaged store, but for a delivered copy in
-    the zeros (pending), on the shared walk, on a separate one and on the timer check's own."""
+    the zeros (pending), on the shared walk, on a separate one, on the timer check's own and on the commit log check's alone."""
     import mqtool.verify.verification as verification
 
     width = 20_000
@@ -342,8 +345,9 @@ def test_damage_before_the_recovery_start_loses_only_the_units_whose_records_it_
     assert lost and any(cut + width <= row["offset"] < segment.stat().st_size for row in sound.values())  # served, in the segment
     if walk == "separate":
         monkeypatch.setattr(verification, "SHARE_WALK", False)
+    checks = {"timer alone": ("timer",), "with the commit log check": ("commitlog", "timer")}.get(walk)
     with Store.open(root) as store:
-        v = Verification(store, VerifyOptions(checks=("timer",)) if walk == "timer alone" else VerifyOptions())
+        v = Verification(store, VerifyOptions(checks=checks) if checks else VerifyOptions())
         findings = list(v.findings())
         assert v.summary.next_start is None or v.summary.next_start.scan_from > cut + width
         rows = timer_report(store, TimerStore.open(store.root)).rows
@@ -369,12 +373,22 @@ def test_a_dledger_stores_timer_walk_goes_on_past_damage_dledgers_recovery_keeps
     DLedger data exist (``dledgerstart.walk_resume``), so the broker keeps it and serves the records after the damage. Before,
     the timer check's own walk went on past such damage on classic stores only: on this one it stopped there and called the
     128 units from it on lost, ``timer-reference`` errors "past the commit log's logical end"; now only the unit of the damaged
-    record is lost and every other unit keeps its state on ``timer-small``, on each walk verify gives the timer check."""
+    record is lost and every other unit keeps its state on ``timer-small``, on each walk verify gives the timer check. In a full
+    verify the timer check reads the cq and index checks' walk (``Verification._cross_check``: a DLedger log's commit log check
+    feeds no shared walk); before, it walked the log once more."""
     import shutil
 
     from test_dledger import mixed_store
 
+    import mqtool.scan.timer as timer_scan
     import mqtool.verify.verification as verification
+
+    walks = []
+
+    class Counted(timer_scan.MessageScan):
+        def __init__(self, store, **kw):
+            walks.append(kw.get("walk") is None and kw.get("stop") is None and kw.get("start") is None)  # from the log's start
+            super().__init__(store, **kw)
 
     source = store_path("5.3.3", "timer-small")
     with Store.open(source) as store:
@@ -390,10 +404,12 @@ def test_a_dledger_stores_timer_walk_goes_on_past_damage_dledgers_recovery_keeps
     assert lost and sum(row["offset"] > cut for row in sound.values()) > 50
     if walk == "separate":
         monkeypatch.setattr(verification, "SHARE_WALK", False)
+    monkeypatch.setattr(timer_scan, "MessageScan", Counted)
     with Store.open(root, version="5.3.3") as store:
         assert store.is_dledger
         v = Verification(store, VerifyOptions(checks=("timer",)) if walk == "timer alone" else VerifyOptions())
         findings = list(v.findings())
+        assert walks.count(True) == (walk != "shared")
         rows = timer_report(store, TimerStore.open(store.root)).rows
     references = [f for f in findings if f.kind == "timer-reference"]
     assert [f.offset for f in references] == [cut] * len(lost)

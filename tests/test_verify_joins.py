@@ -580,6 +580,14 @@ def test_ranges_and_single_checks(version, sizes):
     assert SHARED == [True]
 
 
+@pytest.mark.parametrize("name", ["timer-small", "timer-crashed"])
+def test_the_timer_check_on_the_walk_of_the_commit_log_check_alone(name, sizes):
+    """``--only commitlog,timer``: the timer check reads the commit log check's walk, no cq or index check on it (nothing
+    dispatched), inline and in the thread beside it, in batches of 7 records too; the findings are those of its own walk."""
+    same(FIXTURES / "rocketmq-5.3.3" / name, checks=("commitlog", "timer"))
+    assert SHARED == THREADED == [False]  # the cross-checks' flags: none ran
+
+
 def test_a_record_the_compiled_dispatch_cannot_decide_is_reported_record_by_record(store_copy, sizes):
     """A TAGS value that is not UTF-8: the batch is taken record by record."""
     root = store_copy("4.9.7", "clean-small")

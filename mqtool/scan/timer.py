@@ -100,10 +100,11 @@ class TimerWalk:
         self.timers = MessageFilter(topics=(fmt.TIMER_TOPIC,), queue=0)
         self.builder: MessageScan | None = None  # the columns of another walk's batches (``add_rows``)
 
-    def walk(self) -> "TimerWalk":
-        """Fed by a scan of its own, from the commit log's min offset to the end of the log the broker serves (``_resume``)."""
-        end, start = None, None
-        while True:
+    def walk(self, after: ScanEnd | None = None) -> "TimerWalk":
+        """Fed by a scan of its own, from the commit log's min offset to the end of the log the broker serves (``_resume``);
+        ``after``: where another walk that fed it stopped (``verify``'s, ``add_rows``), from where that log goes on past it."""
+        end, start = after, None if after is None else self._resume(after)
+        while end is None or start is not None:
             if end is not None:
                 self._loose(end, start)
             scan = MessageScan(self.store, start=start, columns=list(WALK_COLUMNS), check_crc=False)
@@ -112,8 +113,7 @@ class TimerWalk:
             end = scan.end
             self.end = end.offset
             start = self._resume(end)
-            if start is None:
-                return self
+        return self
 
     def _resume(self, end: ScanEnd) -> int | None:
         """Where the scan goes on after ``end``, where the records resume (``CommitLog.resume_after_damage``), as verify's walk

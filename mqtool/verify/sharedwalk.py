@@ -5,9 +5,9 @@ CRC checked but never ending it), so ``SharedWalk`` is shown those rows (``segme
 cuts them into exactly the batches ``LogStream`` would yield (``fastscan.FastScan``'s sizes) and
 dispatches them while they are in cache (``columns.ColumnBuilder.add``), topics numbered through
 one table in walk order; the timer check takes them too (``scan.timer.TimerWalk``,
-``timer_walk``). Each whole batch is checked (``CrossChecks.feed``) in a thread of its own
-while the walk goes on (``handoff.Stage``), which also makes the checks first
-(``CrossChecks.begin``) and reads ahead when idle (``_ahead``). Findings are spilled to an
+``timer_walk``), also beside the commit log check alone (no cq or index check: nothing dispatched).
+Each whole batch is checked (``CrossChecks.feed``) in a thread of its own while the walk goes on
+(``handoff.Stage``), which also makes the checks first (``CrossChecks.begin``) and reads ahead when idle (``_ahead``). Findings are spilled to an
 unlinked temporary file and replayed after the commit log's, as if the checks had run after it.
 
 The end of the files stands in for the logical end: ``result`` declines when
@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Generator, Iterator
 
 import numpy as np
 
-from ..errors import MqtoolError
 from ..handoff import Stage
 from ..scratch import scratch_file, working_file_error
 from ..store import fastscan as fs
@@ -32,7 +31,6 @@ from . import logstream
 from .crosscheck import CrossCheckOutcome, CrossChecks
 from .findings import Finding, replay_spilled
 from ..store.segments import ChainReader, Run, SegmentTask
-from ..store.timer import TimerStore
 
 if TYPE_CHECKING:
     from ..scan.timer import TimerWalk
@@ -48,10 +46,10 @@ class SharedWalk(ChainReader):
     """Fed by ``CommitLogCheck`` (``chain``); ``result`` says whether its findings stand.
 
     ``threads``: the batches are checked in a thread beside the walk, in the order cut, so the
-    findings and their order are those of the inline run. ``timer``: the timer check is to run
-    (``timer_walk``)."""
+    findings and their order are those of the inline run. ``timer``: the timer check's walk, to be fed the batches
+    (``timer_walk``); its units read before the checks thread starts (``CommitLog.mapped``'s cache is not thread-safe)."""
 
-    def __init__(self, verification: "Verification", cross: list[str], start: int, threads: bool = False, timer: bool = False):
+    def __init__(self, verification: "Verification", cross: list[str], start: int, threads: bool = False, timer: "TimerWalk | None" = None):
         store = verification.store
         self.verification = verification
         self.segments = store.commitlog.segments
@@ -63,8 +61,8 @@ class SharedWalk(ChainReader):
         self.stream_end: ScanEnd | None = None  # where the stream ends, once the chain has
         self.spill = None
         self.pending: list[Finding] = []
-        # the timer log's records read here, before the checks thread starts (``CommitLog.mapped``'s cache, not thread-safe)
-        self.timer: TimerWalk | None = self._timer_walk() if timer else None
+        self.timer = timer
+        self.dispatching = bool(cross)  # the cq or index check runs: the batches' dispatch columns are built
         # FastScan(batch=BATCH, batch_bytes=BATCH_BYTES): the first batch an eighth of the most
         self.most = logstream.BATCH
         self.rows_per_batch = max(self.most // 8, 1)
@@ -99,7 +97,7 @@ class SharedWalk(ChainReader):
         while at < n:
             take = min(n - at, self.rows_per_batch - self.fill)
             self.buffer[self.fill : self.fill + take] = rows[at : at + take]
-            if not self.defer:
+            if self.dispatching and not self.defer:
                 self.builder.add(array, rows[at : at + take])
             self.fill += take
             at += take
@@ -189,34 +187,19 @@ class SharedWalk(ChainReader):
 
     def _check(self, batch: tuple[int, np.ndarray, np.ndarray, object, bool]) -> None:
         base, array, rows, builder, deferred = batch
-        if deferred:
-            builder.add(array, rows)
         self.outcome.records += rows.shape[0]
-        columns = builder.build(base)
         segment = fs.SegmentBatch(base, array, rows)
-        for finding in self.checks.feed(segment, columns):
-            self.pending.append(finding)
-            if len(self.pending) >= CHUNK:
-                self._spill()
+        if self.dispatching:
+            if deferred:
+                builder.add(array, rows)
+            for finding in self.checks.feed(segment, builder.build(base)):
+                self.pending.append(finding)
+                if len(self.pending) >= CHUNK:
+                    self._spill()
         if self.timer is not None:
             self.timer.add_rows(segment)
         if self.checking is not None:
             self.handed.popleft()
-
-    def _timer_walk(self) -> "TimerWalk | None":
-        """The timer check's walk of the log (``scan.timer.TimerWalk``: the timer log's units read first), fed this walk's
-        batches; None without a timer store, or where its files cannot be read (the timer check then walks alone and meets
-        the failure in its turn, after the findings before it)."""
-        store = self.verification.store
-        try:
-            timer = TimerStore.open(store.root)
-            if timer is None:
-                return None
-            from ..scan.timer import TimerWalk  # pyarrow: only where there is a timer store
-
-            return TimerWalk(store, timer)
-        except (MqtoolError, OSError):
-            return None
 
     def _stop(self) -> None:
         if self.checking is not None:
@@ -248,9 +231,10 @@ class SharedWalk(ChainReader):
         return self
 
     def timer_walk(self) -> "TimerWalk | None":
-        """The timer check's walk (``_timer_walk``) where it was fed the whole chain, to where it ends: the batches of the scan
+        """The timer check's walk (``timer``) where it was fed the whole chain, to where it ends: the batches of the scan
         of its own (``TimerWalk.walk``) up to damage; where the broker reads on past it (``result`` declines), the cross-checks'
-        walk again feeds it from there (``Verification._cross_check``); else None. After ``result`` (the checks done)."""
+        walk again feeds it from there (``Verification._cross_check``), or without them it goes on itself
+        (``TimerWalk.walk(after=...)``); else None. After ``result`` (the checks done)."""
         if self.timer is None or self.stream_end is None:
             return None
         self.timer.end = self.stream_end.offset

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Generator, Iterator
 
+from ..errors import MqtoolError
 from ..formats.dispatch import LmqNotifyThrows
 from ..handoff import usable_cpus
 from ..store import Store
@@ -73,31 +74,36 @@ class Verification:
         start = max(opts.from_offset if opts.from_offset is not None else store.commitlog.min_offset, store.commitlog.min_offset)
         stop = opts.to_offset
         cross = [c for c in CROSS_CHECKS if c in opts.checks] if store.root is not None else []
-        whole = bool(cross) and opts.from_offset is None and stop is None
+        whole = opts.from_offset is None and stop is None
+        plain = SHARE_WALK and not store.is_dledger
+        timer = None  # the timer check's walk of the log, fed another check's walk: the commit log check's, or the cq and index checks'
+        if whole and SHARE_WALK and "timer" in opts.checks and store.root is not None and (cross or plain and "commitlog" in opts.checks):
+            timer = self._timer_walk(start)
         shared = None
-        if whole and SHARE_WALK and not store.is_dledger:
+        if whole and plain and (cross or timer is not None):
             # the cross-checks on the commit log check's own walk (one walk), in two threads beside
             # it where a second CPU is free (``sharedwalk.py``): faster than any split into
             # processes, whatever ``jobs`` (the cross-checks' own work is the longer part); with
             # ``--only cq`` or ``index`` too, the commit log check walking for them, unheard;
-            # the timer check's walk of the log on it too (``SharedWalk.timer_walk``)
+            # the timer check's walk of the log on it too (``SharedWalk.timer_walk``), also without the cross-checks: then
+            # inline, as the thread gains nothing there (the timer check's batch work holds the GIL: more CPU, no shorter walk)
             from .sharedwalk import SharedWalk
 
-            shared = SharedWalk(self, cross, start, threads=usable_cpus() > 1, timer="timer" in opts.checks)
+            shared = SharedWalk(self, cross, start, threads=bool(cross) and usable_cpus() > 1, timer=timer)
         try:
-            yield from self._checks(start, stop, cross, shared)
+            yield from self._checks(start, stop, cross, shared, None if shared is not None else timer)
         finally:
             if shared is not None:
                 shared.close()
 
-    def _checks(self, start: int, stop: int | None, cross: list[str], shared) -> Iterator[Finding]:
+    def _checks(self, start: int, stop: int | None, cross: list[str], shared, timer_walk: TimerWalk | None) -> Iterator[Finding]:
+        """``timer_walk``: the timer check's walk where the cross-checks' own walk feeds it (a DLedger log), else None."""
         opts, store, summary = self.options, self.store, self.summary
         last_timestamp = None
         records = 0
         logical_end = None
         heard = "commitlog" in opts.checks  # else the check runs only as the walk the cross-checks read (``shared``)
         lmq = "cq" in cross and store.multi_dispatch_on
-        timer_walk = None  # the timer check's walk of the log, where the shared walk fed it (``SharedWalk.timer_walk``)
         if heard or shared is not None:
             if store.is_dledger:
                 from .dledger import DLedgerLogCheck as log_check  # DLedger modules: only for a DLedger store
@@ -128,7 +134,7 @@ class Verification:
             start = fs.scan_start(store.commitlog, start)  # a start inside a record: the next record, as the commit log check does
         if cross:
             self.cross_checks_shared = shared is not None and shared.result(logical_end) is not None
-            timer_walk = shared.timer_walk() if shared is not None else None
+            timer_walk = shared.timer_walk() if shared is not None else timer_walk
             self.cross_checks_threaded = self.cross_checks_shared and shared.threaded
             if self.cross_checks_shared:
                 self.cross_checks = shared.checks.checks
@@ -165,6 +171,14 @@ class Verification:
             if "commitlog" not in opts.checks:
                 summary.records = outcome.records
                 summary.bytes = max((outcome.end.offset if outcome.end else start) - start, 0)
+        elif shared is not None:  # no cq or index check: the commit log check's walk fed the timer check's alone
+            try:
+                shared.result(logical_end)  # its batches fed (a failure of theirs raised here)
+            finally:
+                shared.close()
+            timer_walk = shared.timer_walk()
+            if timer_walk is not None:
+                timer_walk.walk(after=shared.stream_end)  # on past damage the broker's recovery never reads, by itself
         elif store.root is None and any(c in opts.checks for c in CROSS_CHECKS):
             summary.notes.append("consume queue and index checks need a store directory, not commit log segments")
         if "checkpoint" in opts.checks and store.root is not None:
@@ -181,6 +195,24 @@ class Verification:
             line = yield from timer_findings(store, summary.next_start, timer_walk)
             if line:
                 summary.notes.append(line)
+
+    def _timer_walk(self, start: int) -> TimerWalk | None:
+        """The timer check's walk of the log (``scan.timer.TimerWalk``: the timer log's units read first), to be fed another
+        walk's batches from ``start`` (its ``end`` until then); None without a timer store, or where its files cannot be read
+        (the timer check then walks alone and meets the failure in its turn, after the findings before it)."""
+        from ..store.timer import TimerStore
+
+        try:
+            timer = TimerStore.open(self.store.root)
+            if timer is None:
+                return None
+            from ..scan.timer import TimerWalk  # pyarrow: only where there is a timer store
+
+            walk = TimerWalk(self.store, timer)
+        except (MqtoolError, OSError):
+            return None
+        walk.end = start
+        return walk
 
     def _settle_next_start(self, walked: tuple[int, ScanEnd] | None) -> None:
         """``summary.next_start``: the broker's next start (``store.nextstart``), from the
