@@ -61,14 +61,32 @@ def _parquet(batches, out: Path, writer, store) -> None:
         return batch
 
     sink = None
-    with contextlib.ExitStack() as closing:  # the writer closed first, then its file
-        for batch in map(placed, batches):
-            if sink is None:  # opened as the other formats' file is: its errors say ``FILE: Is a directory``, not pyarrow's wording
-                sink = pq.ParquetWriter(closing.enter_context(open(out, "wb")), batch.schema)
-                closing.callback(sink.close)
-            sink.write_batch(batch)
-        if sink is None:  # no record: the file all the same, with its columns (as jsonl's and csv's empty file)
-            pq.write_table(pa.Table.from_batches([placed(batches.empty())]), closing.enter_context(open(out, "wb")))
+    try:
+        with contextlib.ExitStack() as closing:  # the writer closed first, then its file
+            for batch in map(placed, batches):
+                if sink is None:  # opened as the other formats' file is: its errors say ``FILE: Is a directory``, not pyarrow's wording
+                    sink = pq.ParquetWriter(closing.enter_context(open(out, "wb")), batch.schema)
+                    closing.callback(sink.close)
+                sink.write_batch(batch)
+            if sink is None:  # no record: the file all the same, with its columns (as jsonl's and csv's empty file)
+                pq.write_table(pa.Table.from_batches([placed(batches.empty())]), closing.enter_context(open(out, "wb")))
+    except BaseException:
+        if sink is not None and not _has_footer(out):  # a full disk refused the footer (Ctrl-C closes the writer, which writes it)
+            out.unlink(missing_ok=True)
+            note(f"{out}: removed: the Parquet file was cut short before its footer, which every reader needs to open it")
+        raise
+
+
+def _has_footer(path: Path) -> bool:
+    """Whether ``path`` ends in a whole Parquet footer (its metadata, then ``PAR1``): without one no reader opens the file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pq.read_metadata(path)
+    except (OSError, pa.ArrowException):
+        return False
+    return True
 
 
 @guarded
