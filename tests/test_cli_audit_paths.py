@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import errno
 import io
+import subprocess
+import sys
 
+import pytest
 from typer.testing import CliRunner
 
-from conftest import store_path
+from conftest import copy_store, store_path
+from repair_support import tree
 
 from mqtool.cli import app
-from mqtool.errors import EXIT_BAD_INPUT
+from mqtool.errors import EXIT_BAD_INPUT, EXIT_REFUSED
 
 runner = CliRunner()
 
@@ -50,3 +54,29 @@ def test_a_parquet_salvage_a_full_disk_cuts_short_leaves_no_unreadable_file(tmp_
     assert not out.exists(), out.stat().st_size
     assert f"mqtool: {out}: removed: the Parquet file was cut short before its footer" in done.stderr
     assert "holds only the rows" not in done.stderr
+
+
+@pytest.mark.parametrize("command", ["recover", "repair"])
+def test_restores_preview_of_a_store_a_broker_holds_meets_the_refusal_yes_meets(tmp_path, command):
+    """A broker holding the store's lock (a process with the POSIX lock on ``lock``, as a running broker): before,
+    `restore BACKUP` without --yes said "nothing changed: re-run with --yes to restore", and the --yes it asked for was
+    refused ("... is in use ..."). The preview now meets the same refusal (same line, exit 4), for one apply's backup and
+    a repair's; the store unchanged, the backup still restorable once the lock is gone."""
+    store = copy_store("5.3.3", "crashed-small", tmp_path / "s")
+    before = tree(store)
+    assert run(command, store, "--yes", "--backup-dir", tmp_path / "bk").exit_code == 0
+    after = tree(store)
+    locker = "import fcntl,sys,time; f=open(sys.argv[1],'r+'); fcntl.lockf(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", locker, str(store / "lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        shown, done = run("restore", tmp_path / "bk"), run("restore", tmp_path / "bk", "--yes")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert shown.exit_code == done.exit_code == EXIT_REFUSED, shown.stderr
+    refusal = done.stderr.strip().splitlines()[-1]
+    assert refusal.startswith(f"mqtool: error: {store} is in use (pid {holder.pid} ") and refusal.endswith("stop the broker first, or pass --force")
+    assert shown.stderr.strip().splitlines()[-1] == refusal and "re-run with --yes" not in shown.stderr
+    assert tree(store) == after
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == 0 and tree(store) == before

@@ -740,6 +740,8 @@ def restore_cmd(backup: Annotated[Path, typer.Argument(help="A backup directory 
         # one document, every stage's summary in the order restored: the preview shows them all, `-f json` is one JSON
         emit_plan({"backup": str(backup), "stages": [s.summary() for s in reversed(sets)]}, fmt,
                   lambda console, doc: [render_backup(console, stage) for stage in doc["stages"]])
+        if not yes:  # the preview meets the refusal --yes meets (each stage's restore checks it), not "re-run with --yes"
+            check_not_in_use(sets[0].store_root, [], force)
         unrestored = False
         for stage in reversed(stages):  # `repair` wrote one backup set per stage
             try:
@@ -783,9 +785,10 @@ def _restore_set(backup: Path, *, yes: bool, force: bool, fmt: OutputFormat, sho
         _refuse_another_pending(root, backup)
         if not yes:  # with --yes, restore checks it under the store's lock
             refuse_changed(backup_set.changed_since_apply(), summary["command"])
+    if yes or not shown:  # the preview too: "re-run with --yes" would be refused (a repair's stages: checked once for them all)
+        check_not_in_use(root, [], force)
     if not yes:
         raise Refused("nothing changed: re-run with --yes to restore")
-    check_not_in_use(root, [], force)
     with executor().hold_store_lock(root, force), scans_shown():
         try:
             result = restore(backup_set, force=force)
