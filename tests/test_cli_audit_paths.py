@@ -80,3 +80,23 @@ def test_restores_preview_of_a_store_a_broker_holds_meets_the_refusal_yes_meets(
     assert shown.stderr.strip().splitlines()[-1] == refusal and "re-run with --yes" not in shown.stderr
     assert tree(store) == after
     assert run("restore", tmp_path / "bk", "--yes").exit_code == 0 and tree(store) == before
+
+
+def test_apply_again_after_its_apply_was_killed_gives_its_json_document(tmp_path, monkeypatch):
+    """`apply PLAN --yes -f json` again after its apply was killed finishes it ("that was this plan: it is now applied").
+    Before: stdout was empty (exit 0), where every other apply, and `recover --yes -f json` finishing its own, writes the
+    plan's document with ``backup``. Now the plan it applied, with the backup its undo line names."""
+    import json
+
+    from mqtool.recovery.plans import Plan
+    from test_cli_audit_write import killed_at
+
+    store = copy_store("5.3.3", "crashed-small", tmp_path / "s")
+    assert run("recover", store, "--plan-out", tmp_path / "plan.json").exit_code == 0
+    killed_at(monkeypatch, ["apply", tmp_path / "plan.json", "--yes", "--backup-dir", tmp_path / "a"], 3)
+    again = run("apply", tmp_path / "plan.json", "--yes", "-f", "json")
+    assert again.exit_code == 0, again.stderr
+    assert "that was this plan: it is now applied" in again.stderr
+    doc = json.loads(again.stdout)
+    assert doc["backup"] == str(tmp_path / "a")
+    assert Plan.from_dict(doc).to_dict() == Plan.from_json((tmp_path / "plan.json").read_text()).to_dict()

@@ -691,6 +691,7 @@ def apply(plan_file: Annotated[Path, typer.Argument(help="A plan saved with --pl
     pending = read_pending(root)
     finished = _finish_interrupted(root, yes, force)
     if pending is not None and BackupSet.open(pending).manifest.get("plan") == plan.to_dict():
+        emit_plan(plan.to_dict(), fmt, render_plan, pending)  # the plan it applied and its backup, as an apply shows them (`-f json`: its document)
         note_undo(f"that was this plan: it is now applied; backup in {shell_path(pending)}", pending)
         return
     done = None if plan.is_empty else applied_backup(plan.to_dict(), root)
