@@ -100,3 +100,23 @@ def test_apply_again_after_its_apply_was_killed_gives_its_json_document(tmp_path
     doc = json.loads(again.stdout)
     assert doc["backup"] == str(tmp_path / "a")
     assert Plan.from_dict(doc).to_dict() == Plan.from_json((tmp_path / "plan.json").read_text()).to_dict()
+
+
+@pytest.mark.parametrize("point", [10, 28])  # durability points: inside stage 01-recover's apply, inside 02-rebuild-cq's
+def test_a_repair_killed_inside_a_stage_and_finished_names_only_the_whole_repairs_undo(tmp_path, monkeypatch, point):
+    """5.3.3 ``dledger-crashed-cqloss`` (a repair of two stages) killed inside a stage's apply, then ``repair --yes`` again.
+    Before, killed in stage 02: "the stopped repair ... is finished; undo it with: mqtool restore BK --yes", then "undo with:
+    mqtool restore BK/02-rebuild-cq --yes", which undoes that stage alone (the last line, the one pasted, left stage 01
+    applied); killed in stage 01: "undo with: mqtool restore BK --yes, then ...: mqtool restore BK/01-recover --yes", a
+    second step with nothing left to undo. Each stage is undone with its repair: every restore named is BK's."""
+    import re
+
+    from test_cli_audit_write import killed_at
+
+    store = copy_store("5.3.3", "dledger-crashed-cqloss", tmp_path / "s")
+    original = tree(store)
+    killed_at(monkeypatch, ["repair", store, "--yes", "--backup-dir", tmp_path / "bk"], point)
+    again = run("repair", store, "--yes")
+    assert again.exit_code == 0, again.stderr
+    assert set(re.findall(r"mqtool restore (\S+) --yes", again.stderr)) == {str(tmp_path / "bk")}, again.stderr
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == 0 and tree(store) == original

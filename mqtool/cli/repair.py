@@ -384,6 +384,8 @@ def repair(store: StoreRootArg, yes: YesOpt = False, dry_run: DryRunOpt = False,
     stopped = stopped_repair(root)
     if stopped is not None:
         note(f"a repair on this store stopped before its last stage (backup {stopped.backup}): this plan finishes it, adding its stages there")
+        if finished is not None and finished.resolve().parent == stopped.backup.resolve():
+            finished = None  # a stage of that repair: the one restore of its backup undoes it with the others, no second step
     with scans_shown(), planning():
         plan = _plan_repair(root, broker_config, broker_version)
     target = _repair_target(root, backup_dir, stopped) if yes and not plan.is_empty else None
