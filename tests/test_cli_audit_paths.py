@@ -120,3 +120,53 @@ def test_a_repair_killed_inside_a_stage_and_finished_names_only_the_whole_repair
     assert again.exit_code == 0, again.stderr
     assert set(re.findall(r"mqtool restore (\S+) --yes", again.stderr)) == {str(tmp_path / "bk")}, again.stderr
     assert run("restore", tmp_path / "bk", "--yes").exit_code == 0 and tree(store) == original
+
+
+def test_an_apply_interrupted_on_a_store_moved_since_is_finished_or_undone_where_it_was(tmp_path, monkeypatch):
+    """A recover --yes killed mid-apply, then the store renamed (``my store`` to ``moved store``). Before: `info` said "run
+    `mqtool recover 'moved store' --yes` to finish it, or undo it with: mqtool restore BK --yes", and that recover finished it
+    on the moved store, ending "undo with: mqtool restore BK --yes": a restore refused (exit 3, the store the backup belongs
+    to does not exist). Now every command says where the store was and to move it back first, the repair commands refuse
+    (exit 4, the store unchanged), and moved back, the finish it names works and its undo gives the original store back."""
+    import shlex
+
+    from test_cli_audit_write import killed_at
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "my store")
+    moved = store.parent / "moved store"
+    original = tree(store)
+    killed_at(monkeypatch, ["recover", store, "--yes", "--backup-dir", tmp_path / "bk"], 3)
+    store.rename(moved)
+    half = tree(moved)
+    ways = f"the store was at {shlex.quote(str(store))} when that apply began (moved or renamed since): move it back there, then run"
+    assert ways in run("info", moved).stderr.splitlines()[0]
+    for command in ("recover", "repair", "rebuild-index"):
+        refused = run(command, moved, "--yes")
+        assert refused.exit_code == EXIT_REFUSED and ways in refused.stderr.splitlines()[-1], (command, refused.stderr)
+    assert tree(moved) == half
+    moved.rename(store)
+    assert "moved or renamed" not in run("info", store).stderr
+    finished = run("recover", store, "--yes")
+    assert finished.exit_code == 0 and "the interrupted recover apply is finished" in finished.stderr
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == 0 and tree(store) == original
+
+
+def test_a_repair_stopped_on_a_store_moved_since_is_finished_where_it_was(tmp_path, monkeypatch):
+    """A repair (two stages) killed between its stages, then the store renamed. Before: `repair 'moved store' --yes` applied
+    the second stage into the stopped repair's backup and ended "undo with: mqtool restore BK --yes", refused as the backup's
+    store had moved. Now it refuses (exit 4, nothing changed), saying where the store was; `info` says the same."""
+    import shlex
+
+    from test_cli_audit_write import killed_at
+
+    store = copy_store("5.3.3", "dledger-crashed-cqloss", tmp_path / "my store")
+    moved = store.parent / "moved store"
+    killed_at(monkeypatch, ["repair", store, "--yes", "--backup-dir", tmp_path / "bk"], 22)  # "before stage 02-rebuild-cq"
+    store.rename(moved)
+    half = tree(moved)
+    ways = (f"the store was at {shlex.quote(str(store))} when that repair began (moved or renamed since): move it back there, "
+            f"then run `mqtool repair {shlex.quote(str(store))} --yes` again to finish it")
+    assert ways in run("info", moved).stderr.splitlines()[0]
+    refused = run("repair", moved, "--yes")
+    assert refused.exit_code == EXIT_REFUSED and ways in refused.stderr.splitlines()[-1], refused.stderr
+    assert tree(moved) == half

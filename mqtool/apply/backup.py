@@ -749,15 +749,32 @@ def _applied_command(backup_dir: Path) -> str | None:
         return None
 
 
+def moved_from(store_root: Path, backup: Path) -> Path | None:
+    """Where the store at ``store_root`` was when the apply backed up in ``backup`` began (one apply's backup, a repair's stage,
+    or a whole repair's: its first stage), if it is no longer there (moved or renamed since): ``restore`` puts files back at
+    that path only (``refuse_moved``), so the apply is finished or undone there. None while the store is where it was."""
+    stages = repair_stages(Path(backup))
+    try:
+        was = Path(read_manifest(stages[0] if stages else backup)["store"])
+    except (BadInput, OSError):
+        return None
+    with contextlib.suppress(OSError):  # the old path gone: moved
+        if os.path.samefile(was, store_root):
+            return None
+    return was
+
+
 def interrupted_apply_ways(store_root: Path, pending: Path) -> str:
     """How to go on from the apply interrupted in ``store_root`` whose backup is ``pending``: the same command
     with --yes finishes it, ``undo_command`` undoes it. With that backup gone (deleted or moved) neither can
     run, and every repair command refuses the store: said, with the way to plan again on the store as it is. The command is
-    named where the backup is one apply's (said from ``restore`` or ``info``, "the command" would be theirs)."""
+    named where the backup is one apply's (said from ``restore`` or ``info``, "the command" would be theirs). A store moved
+    since the apply began is finished or undone where it was: said first."""
     if Path(pending).exists():
+        was = moved_from(store_root, Path(pending))
         command = _applied_command(Path(pending))
-        again = f"run `mqtool {command} {shell_path(store_root)} --yes`" if command else "run the command again with --yes"
-        return f"{again} to finish it, or undo it with: {undo_command(pending)}"
+        again = f"run `mqtool {command} {shell_path(was or store_root)} --yes`" if command else "run the command again with --yes"
+        return f"{'' if was is None else moved_line(was) + ', then '}{again} to finish it, or undo it with: {undo_command(pending)}"
     return (f"its backup {pending} is gone (deleted or moved: put it back to finish or undo that apply), so the apply can be neither "
             f"finished nor undone and the store holds what it had done; to plan again on the store as it is, remove "
             f"{shell_path(Path(store_root) / PENDING_MARKER)}")
@@ -797,6 +814,11 @@ def refuse_changed(changed: list[str], command: str | None = "repair") -> None:
             "restoring would discard those changes: "
             f"{later}pass --force to restore anyway"
         )
+
+
+def moved_line(was: Path, what: str = "apply") -> str:
+    """What an unfinished apply (or ``repair``) on a store moved since it began (``moved_from``) asks first."""
+    return f"the store was at {shell_path(was)} when that {what} began (moved or renamed since): move it back there"
 
 
 def refuse_moved(root: Path) -> None:

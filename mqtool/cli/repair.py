@@ -20,7 +20,10 @@ import typer
 
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
-from ..apply.backup import BACKUPS_DIR, REPAIR_MARKER, RESERVE, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways, later_backups, leftover_temporaries, newest_first, read_manifest, refuse_backup_inside, refuse_changed, refuse_incomplete, refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending
+from ..apply.backup import (
+    BACKUPS_DIR, REPAIR_MARKER, RESERVE, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways,
+    later_backups, leftover_temporaries, moved_from, newest_first, read_manifest, refuse_backup_inside, refuse_changed, refuse_incomplete,
+    refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending)
 from ..apply.heap import release_free_heap
 from ..fileops import TMP_SUFFIX, salvage_command, write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
@@ -176,7 +179,7 @@ def _finish_interrupted(root: Path, yes: bool, force: bool) -> Path | None:
         return None
     if restore_interrupted(pending):  # finishing the apply would count what the restore put back as done: the restore first
         raise Refused(unfinished_restore_line(pending))
-    if not yes or not pending.exists():
+    if not yes or not pending.exists() or moved_from(root, pending) is not None:  # moved: its backup restores where it was only
         raise Refused(f"an earlier apply on this store was interrupted (backup {pending}): {interrupted_apply_ways(root, pending)}")
     note(f"finishing the interrupted apply first (backup {pending})")
     with executor().hold_store_lock(root, force):
@@ -382,6 +385,8 @@ def repair(store: StoreRootArg, yes: YesOpt = False, dry_run: DryRunOpt = False,
     elif read_pending(root) is not None:
         note_interrupted(root)
     stopped = stopped_repair(root)
+    if stopped is not None and moved_from(root, stopped.backup) is not None:  # its stages restore where the store was only
+        raise Refused(stopped_repair_line(root, stopped_repair_state(root)))
     if stopped is not None:
         note(f"a repair on this store stopped before its last stage (backup {stopped.backup}): this plan finishes it, adding its stages there")
         if finished is not None and finished.resolve().parent == stopped.backup.resolve():

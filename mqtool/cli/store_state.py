@@ -48,8 +48,13 @@ def stopped_repair_line(root: Path, stopped: dict) -> str:
     cut = f", stage {stopped['stopped_in']} cut short" if stopped["stopped_in"] else ""
     version = "".join(f" --{option.replace('_', '-')} {shell_path(stopped[option])}" for option in ("broker_config", "broker_version")
                       if stopped.get(option))  # as the stopped run was told
+    from ..apply.backup import moved_from, moved_line
+
+    was = moved_from(root, Path(stopped["backup"]))  # a store moved since: its stages are finished or undone where it was
+    first, at = ("", root) if was is None else (f"{moved_line(was, 'repair')}, then ", was)
     return (f"a repair on this store stopped before its last stage (backup {stopped['backup']}: {done}{cut}): "
-            f"run `mqtool repair {shell_path(root)}{version} --yes` again to finish it, or `mqtool restore {shell_path(stopped['backup'])} --yes` to undo it")
+            f"{first}run `mqtool repair {shell_path(at)}{version} --yes` again to finish it, "
+            f"or `mqtool restore {shell_path(stopped['backup'])} --yes` to undo it")
 
 
 def unfinished_lines(root: Path, state: dict) -> list[str]:
