@@ -170,3 +170,27 @@ def test_a_repair_stopped_on_a_store_moved_since_is_finished_where_it_was(tmp_pa
     refused = run("repair", moved, "--yes")
     assert refused.exit_code == EXIT_REFUSED and ways in refused.stderr.splitlines()[-1], refused.stderr
     assert tree(moved) == half
+
+
+def test_a_salvage_a_full_disk_cuts_short_leaves_only_whole_rows(tmp_path, monkeypatch):
+    """``salvage -f jsonl --out FILE`` on a disk with 256 KiB free. Before: the file ended with the part of a row the disk
+    took (no JSON Lines reader takes the file), after "FILE: holds only the rows written before salvage stopped". It is
+    cut back to its last whole row now: every line a row, as after a Ctrl-C; exit 3 and the error line as before."""
+    import json
+
+    import mqtool.cli.salvage as salvage_cli
+
+    def full_disk_open(path, mode="r", *args, encoding=None, newline=None, **kwargs):
+        if mode != "w":
+            return open(path, mode, *args, encoding=encoding, newline=newline, **kwargs)
+        return io.TextIOWrapper(io.BufferedWriter(FullDisk(path, "wb")), encoding=encoding, newline=newline)
+
+    monkeypatch.setattr(salvage_cli, "open", full_disk_open, raising=False)
+    out = tmp_path / "rows.jsonl"
+    done = run("salvage", store_path("4.9.7", "crashed-small"), "-f", "jsonl", "--body", "base64", "--out", out)
+    assert done.exit_code == EXIT_BAD_INPUT, done.stderr
+    assert done.stderr.splitlines()[-1] == "mqtool: error: cannot write: No space left on device"
+    assert f"mqtool: {out}: holds only the rows written before salvage stopped" in done.stderr
+    text = out.read_text(encoding="utf-8")
+    assert 0 < len(text) <= FullDisk.room and text.endswith("\n")
+    assert all(json.loads(line)["status"] == "live" for line in text.splitlines())

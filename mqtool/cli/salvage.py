@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Iterator, Optional
@@ -125,6 +126,8 @@ def salvage(
             new_store = writer.close() if writer is not None else None
         except BaseException:
             if out is not None and out.is_file():  # not a directory given for the file (exit 3, said once)
+                if format is not SalvageFormat.parquet:
+                    _cut_to_last_line(out)
                 note(f"{out}: holds only the rows written before salvage stopped")
             if writer is not None:
                 left = f"(not at {writer.target}, which it is renamed to once whole): " if writer.building != writer.target else ""
@@ -136,6 +139,23 @@ def salvage(
         note(f"not salvaged: {problem.message}, so none of its records are read")
     if scan.summary.damaged or left_out:
         raise typer.Exit(EXIT_FINDINGS)
+
+
+def _cut_to_last_line(path: Path, chunk: int = 1 << 16) -> None:
+    """Cut ``path`` back to the end of its last line: a write the file system refused part-way (a full disk) can leave
+    part of a row after it, which no JSON Lines or CSV reader takes; a file that ends with a whole row is left as it is."""
+    with open(path, "r+b") as f:
+        end = pos = f.seek(0, os.SEEK_END)
+        while pos > 0:
+            start = max(0, pos - chunk)
+            f.seek(start)
+            at = f.read(pos - start).rfind(b"\n")
+            if at >= 0:
+                pos = start + at + 1
+                break
+            pos = start
+        if pos != end:
+            f.truncate(pos)
 
 
 def _salvage(store, writer, out: Path | None, format: SalvageFormat, body: BodyEncoding, include_stale: bool, progress: bool | None):
