@@ -493,17 +493,17 @@ def test_a_restore_stopped_by_a_full_disk_leaves_nothing_where_the_broker_loads_
     backup = tmp_path / "my backup"
     assert run("recover", store, "--yes", "--backup-dir", backup).exit_code == 0
     repaired = tree(store)
-    real_copy = backups.copy_sparse
+    real_put_back = backups._put_back  # a copy, or a hard link where the backup made one
 
-    def full_disk(src, dst, copied=None):
-        real_copy(src, dst, copied)
-        with open(dst, "r+b") as f:
-            f.truncate(os.path.getsize(dst) // 2)
-        raise OSError(errno.ENOSPC, "No space left on device", str(dst))
+    def full_disk(copy, tmp, how, copied=None):
+        backups.copy_sparse(copy, tmp, copied)
+        with open(tmp, "r+b") as f:
+            f.truncate(os.path.getsize(tmp) // 2)
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp))
 
-    monkeypatch.setattr(backups, "copy_sparse", full_disk)
+    monkeypatch.setattr(backups, "_put_back", full_disk)
     error_line(run("restore", backup, "--yes"), EXIT_BAD_INPUT)
-    monkeypatch.setattr(backups, "copy_sparse", real_copy)
+    monkeypatch.setattr(backups, "_put_back", real_put_back)
     staged = [rel for rel in tree(store) if rel not in before and rel not in repaired]
     assert staged and all(rel.startswith(".mqtool-staging/") or rel == ".mqtool-pending" for rel in staged), staged
     assert f"a restore on this store was interrupted (backup {backup}): the store is partly restored; finish it with: mqtool restore {shlex.quote(str(backup))} --yes" in run("info", store).stderr

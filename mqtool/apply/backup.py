@@ -951,11 +951,13 @@ def _make_room(backup: BackupSet, events: list[dict]) -> list[str]:
 
 def _put_back(copy: Path, tmp: Path, how: str | None, copied) -> None:
     """The kept ``copy`` of a file at ``tmp``: a hard link where the backup made one (``how`` "link": on the store's disk, the
-    original's own bytes, put back taking no room), else a copy."""
+    original's own bytes, put back taking no room and told to ``copied`` at once), else a copy."""
     if how == "link":
         tmp.unlink(missing_ok=True)
         try:
             os.link(copy, tmp)
+            if copied is not None:  # put back whole: the restore's bar counts every file it restores (``total``)
+                copied(tmp.stat().st_size)
             return
         except OSError as exc:
             if exc.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP, errno.EOPNOTSUPP):  # the backup moved to another disk
