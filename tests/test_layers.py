@@ -34,18 +34,18 @@ def source_path(name: str) -> Path:
 
 
 @cache
-def parsed(path: Path) -> ast.Module:
-    """A source file's syntax tree, parsed once for every test here (the sources do not change during the run)."""
-    return ast.parse(path.read_text(encoding="utf-8"))
+def nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of a source file's syntax tree, parsed and walked once for every test here (the sources do not
+    change during the run): ``ast.walk`` of all of mqtool, three times a module, was most of this file's time."""
+    return tuple(ast.walk(ast.parse(path.read_text(encoding="utf-8"))))
 
 
 @cache
 def imports(name: str, path: Path, is_package: bool) -> frozenset[str]:
-    """What module ``name`` imports, each name imported from a module included; once a module (``parsed``)."""
-    tree = parsed(path)
+    """What module ``name`` imports, each name imported from a module included; once a module (``nodes``)."""
     pkg = name if is_package else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(tree):
+    for node in nodes(path):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -88,6 +88,7 @@ def compiled_imports(name: str, path: Path) -> set[str]:
     return found
 
 
+@cache
 def resolved(imp: str) -> str | None:
     """The mqtool module ``imp`` names (an imported name resolved to its module), or None."""
     while imp.startswith("mqtool"):
@@ -167,13 +168,13 @@ def test_the_columnar_scan_sits_on_the_store_model_and_knows_no_ui_or_spark():
 PUBLIC_UNDERSCORED = {"os._exit", "sys._getframe"}  # documented despite the underscore
 
 
-def private_uses(tree: ast.AST) -> set[str]:
+def private_uses(walked: tuple[ast.AST, ...]) -> set[str]:
     """The private names of other packages a module reaches: imported (``from typer._coercion import``,
     ``from typer.core import _TyperParameter``) or read off an imported module (``threading._shutdown``,
     ``getattr(atexit, "_run_exitfuncs")``)."""
     private = lambda name: name.startswith("_") and not name.startswith("__")  # noqa: E731
     modules, found = set(), set()
-    for node in ast.walk(tree):
+    for node in walked:
         if isinstance(node, ast.Import):
             for a in node.names:
                 if not a.name.startswith("mqtool"):
@@ -182,7 +183,7 @@ def private_uses(tree: ast.AST) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and not node.level and not node.module.startswith("mqtool"):
             names = node.module.split(".") + [a.name for a in node.names]
             found.update(f"{node.module}.{a.name}" for a in node.names if any(private(n) for n in names))
-    for node in ast.walk(tree):
+    for node in walked:
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules and private(node.attr):
             found.add(f"{node.value.id}.{node.attr}")
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr" and len(node.args) >= 2
@@ -198,6 +199,6 @@ def test_private_apis_of_dependencies_are_used_only_in_private_api():
     for name, path, _ in modules():
         if name == "mqtool.private_api":
             continue
-        assert private_uses(parsed(path)) == set(), path
+        assert private_uses(nodes(path)) == set(), path
     assert {"typer._coercion.RuntimeParam", "typer.core._TyperParameter", "pyarrow._compute", "threading._shutdown", "atexit._run_exitfuncs",
-            "typer._click.exceptions"} <= private_uses(parsed(ROOT / "mqtool" / "private_api.py"))
+            "typer._click.exceptions"} <= private_uses(nodes(ROOT / "mqtool" / "private_api.py"))
