@@ -214,7 +214,9 @@ def spark(tmp_path_factory):
 
 
 SPARK_FILES = ("tests/test_dledger_spark.py", "tests/test_spark_job.py")  # the files whose tests use ``spark``
-LONG_FILES = ("tests/test_apply_crash.py",)  # few tests, one of them long (an apply killed at every durability point)
+# few tests, long ones: an apply killed at every durability point; a benchmark store built (its filler compiled where numba is
+# installed); every command's --help run as a user runs it. Handed out last (by their count of tests), one could end the run alone
+LONG_FILES = ("tests/test_apply_crash.py", "tests/test_verify_bench_store.py", "tests/test_docs.py")
 
 
 def pytest_collection_modifyitems(config, items):
