@@ -85,8 +85,10 @@ def _has_footer(path: Path) -> bool:
         size = f.seek(0, os.SEEK_END)
         if size < 12:
             return False
-        head = (f.seek(0), f.read(4))[1]
-        tail = (f.seek(size - 8), f.read(8))[1]
+        f.seek(0)
+        head = f.read(4)
+        f.seek(size - 8)
+        tail = f.read(8)
     return head == tail[4:] == b"PAR1" and int.from_bytes(tail[:4], "little") + 12 <= size
 
 
