@@ -15,7 +15,6 @@ from ..formats.index import DEFAULT_GEOMETRY
 from ..store import Store
 from ..store.store import SEGMENT_SIZE
 from ..store.commitlog import StopReason
-from ..store.consumequeue import queue_path_files
 from ..store.mappedfile import MappedFile, open_read_only
 from ..store.fastscan import as_array, last_nonzero, release_pages
 from ..store.version import BrokerVersion, given_source
@@ -54,8 +53,8 @@ def odd_queue_directory(store: Store) -> None:
     ``DefaultMessageStore.loadConsumeQueue`` @4.9.7, ``ConsumeQueueStore.load`` @5.3.3), so the files in it are never its.
     The store model reads the queue where the broker does (``consumequeue.discover_queues``; verify's ``cq-directory-unread``),
     but no plan, backup or restore is proven beside such a directory (repair's file fixes still list its entries): none is made.
-    Nor is one on a store with a file at a queue's own path (``consumequeue.queue_path_files``)."""
-    if (blocked := next(iter(queue_path_files(store.path("consumequeue"))), None)) is not None:  # a plan's writes there fail as the broker's do
+    Nor is one on a store with a file at a queue's own path (``Store.queue_path_files``)."""
+    if (blocked := next(iter(store.queue_path_files), None)) is not None:  # a plan's writes there fail as the broker's do
         raise Refused(f"{blocked.relative_to(store.root)}: no directory, where the broker reads and writes queue {blocked.name} of "
                       f"{blocked.parent.name}: it cannot write that queue, nor can a plan; no plan is made on such a store: move it aside "
                       "and plan again")

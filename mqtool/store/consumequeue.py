@@ -274,9 +274,10 @@ def _first_unit_at_or_above(path: Path, units: int, phys_offset: int) -> int | N
     return None
 
 
-def infer_queue_file_size(consumequeue_dir: Path) -> int | None:
-    """The configured CQ file size: the most common size of the CQ files (a multiple of 20)."""
-    sizes = Counter(queue_file_sizes(consumequeue_dir))
+def infer_queue_file_size(consumequeue_dir: Path, found: list[QueueDirectory] | None = None) -> int | None:
+    """The configured CQ file size: the most common size of the CQ files (a multiple of 20; ``found``: the directory's
+    ``queue_directories``, where they are listed already)."""
+    sizes = Counter(queue_file_sizes(consumequeue_dir, found))
     if not sizes:
         return None
     size = max(sizes, key=lambda s: (sizes[s], s))
@@ -285,9 +286,11 @@ def infer_queue_file_size(consumequeue_dir: Path) -> int | None:
     return size
 
 
-def queue_file_sizes(directory: Path) -> list[int]:
-    """The sizes of the non-empty files of every queue the broker reads under ``directory`` (``queue_directories``)."""
-    return [size for d in queue_directories(directory) if d.read for _, p in offset_named_files(d.path) if (size := p.stat().st_size)]
+def queue_file_sizes(directory: Path, found: list[QueueDirectory] | None = None) -> list[int]:
+    """The sizes of the non-empty files of every queue the broker reads under ``directory`` (``queue_directories``, or
+    ``found``)."""
+    found = queue_directories(directory) if found is None else found
+    return [size for d in found if d.read for _, p in offset_named_files(d.path) if (size := p.stat().st_size)]
 
 
 def _entries(directory: Path) -> list[os.DirEntry]:
@@ -310,13 +313,24 @@ def queue_id_of(name: str) -> int | None:
     return java_int_or_none(name)
 
 
-def topic_strays(directory: Path) -> list[StrayEntry]:
-    """Each entry of a ``<topic>/`` folder of ``directory`` (``consumequeue/``) named by no queue id (``queue_id_of``), a file
-    or a directory alike: ``loadConsumeQueue`` parses the name of every entry ``File.listFiles`` gives (``mappedfile.load_effect``'s
-    ``LOAD_CONSUME_QUEUE``: 3.2.6 refuses to start on it, 4.0.0+ skip it). An entry under ``directory`` that is no folder is
-    skipped by every release (its ``listFiles()`` is null), and so is a file named by a queue id (its queue's
-    ``MappedFileQueue.load`` lists nothing)."""
-    return [replace(s, offset=None, named_by=QUEUE_ID) for t in _subdirs(directory) for s in folder_entries(t, _named_by_queue_id)[1]]
+TopicListing = list[tuple[Path, list[os.DirEntry]]]
+
+
+def topic_listing(directory: Path) -> TopicListing:
+    """Each ``<topic>/`` folder of ``directory`` (``consumequeue/``, ``batchconsumequeue/``) with its entries by name, as
+    ``loadConsumeQueue`` lists them (``File.listFiles`` of each topic): listed once for ``queue_directories``,
+    ``queue_path_files`` and ``topic_strays``, which a store of many LMQ queues (one topic folder each) would list again."""
+    return [(t, _entries(t)) for t in _subdirs(directory)]
+
+
+def topic_strays(directory: Path, listing: TopicListing | None = None) -> list[StrayEntry]:
+    """Each entry of a ``<topic>/`` folder of ``directory`` (``consumequeue/``; ``listing``: its ``topic_listing``) named by no
+    queue id (``queue_id_of``), a file or a directory alike: ``loadConsumeQueue`` parses the name of every entry
+    ``File.listFiles`` gives (``mappedfile.load_effect``'s ``LOAD_CONSUME_QUEUE``: 3.2.6 refuses to start on it, 4.0.0+ skip it).
+    An entry under ``directory`` that is no folder is skipped by every release (its ``listFiles()`` is null), and so is a
+    file named by a queue id (its queue's ``MappedFileQueue.load`` lists nothing)."""
+    listing = topic_listing(directory) if listing is None else listing
+    return [replace(s, offset=None, named_by=QUEUE_ID) for t, entries in listing for s in folder_entries(t, _named_by_queue_id, entries)[1]]
 
 
 def _named_by_queue_id(entry: os.DirEntry) -> bool:
@@ -337,19 +351,23 @@ class QueueDirectory(NamedTuple):
         return self.path.name == str(self.queue_id)
 
 
-def queue_directories(directory: Path) -> list[QueueDirectory]:
-    """Every directory under a ``<topic>/`` of ``directory`` (``consumequeue/``, ``batchconsumequeue/``) the broker's load
-    takes a queue id from (``queue_id_of``), by path: the one listing every reader of the queues starts from."""
-    return [QueueDirectory(t.name, queue_id, q) for t in _subdirs(directory) for q in _subdirs(t) if (queue_id := queue_id_of(q.name)) is not None]
+def queue_directories(directory: Path, listing: TopicListing | None = None) -> list[QueueDirectory]:
+    """Every directory under a ``<topic>/`` of ``directory`` (``consumequeue/``, ``batchconsumequeue/``; ``listing``: its
+    ``topic_listing``) the broker's load takes a queue id from (``queue_id_of``), by path: what every reader of the queues
+    starts from."""
+    listing = topic_listing(directory) if listing is None else listing
+    return [QueueDirectory(t.name, queue_id, Path(e.path)) for t, entries in listing for e in entries
+            if e.is_dir() and (queue_id := queue_id_of(e.name)) is not None]
 
 
-def queue_path_files(directory: Path) -> list[Path]:
+def queue_path_files(directory: Path, listing: TopicListing | None = None) -> list[Path]:
     """Each entry of a ``<topic>/`` folder of ``directory`` at a queue's own path (``<topic>/<id>``, ``QueueDirectory.read``'s
     name) that is no directory (a file, a dangling symlink): the broker's load makes an empty queue of it (its
     ``MappedFileQueue.load`` lists nothing), but the first entry it dispatches there cannot be written, no file being made
     under it (``MappedFile.init``), so after 30 tries a second apart ``ConsumeQueue.putMessagePositionInfoWrapper`` marks the
-    logics queue in error and the store refuses every put (@3.2.6, 4.9.7, 5.3.3)."""
-    return [Path(e.path) for t in _subdirs(directory) for e in _entries(t) if not e.is_dir() and e.name == str(queue_id_of(e.name))]
+    logics queue in error and the store refuses every put (@3.2.6, 4.9.7, 5.3.3). ``listing``: ``directory``'s ``topic_listing``."""
+    listing = topic_listing(directory) if listing is None else listing
+    return [Path(e.path) for _, entries in listing for e in entries if not e.is_dir() and e.name == str(queue_id_of(e.name))]
 
 
 def discover_queues(directory: Path, file_size: int, kind: type[FileQueue] = ConsumeQueue, found: list[QueueDirectory] | None = None) -> list:

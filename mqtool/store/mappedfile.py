@@ -88,20 +88,23 @@ def _is_offset_named_file(e: os.DirEntry) -> bool:
     return bool(OFFSET_NAME.match(e.name)) and e.is_file()
 
 
-def folder_entries(directory: Path, read=_is_offset_named_file) -> tuple[list[tuple[int, Path]], list["StrayEntry"]]:
+def folder_entries(directory: Path, read=_is_offset_named_file, entries: list[os.DirEntry] | None = None
+                   ) -> tuple[list[tuple[int, Path]], list["StrayEntry"]]:
     """One listing of a mapped file queue folder: ``(first offset, path)`` of the files mqtool reads as its files
     (``read`` of an ``os.DirEntry``: the 20-digit-named regular files by default), sorted, and the other entries
-    the broker's load lists beside them (``File.listFiles``: ``StrayEntry``), by name."""
+    the broker's load lists beside them (``File.listFiles``: ``StrayEntry``), by name. ``entries``: the folder's,
+    by name, where they are listed already (``consumequeue.topic_listing``)."""
     from ..formats.dispatch import java_int_or_none
 
-    try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
-    except FileNotFoundError:
-        return [], []
-    except NotADirectoryError:
-        raise BadInput(f"{directory}: not a directory") from None
-    except PermissionError:
-        raise BadInput(f"{directory}: permission denied") from None
+    if entries is None:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except FileNotFoundError:
+            return [], []
+        except NotADirectoryError:
+            raise BadInput(f"{directory}: not a directory") from None
+        except PermissionError:
+            raise BadInput(f"{directory}: permission denied") from None
     last = entries[-1].name if entries else None
     files, strays = [], []
     for e in entries:

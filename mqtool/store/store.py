@@ -27,7 +27,8 @@ from ..formats import markers
 from ..formats.dispatch import LMQ_PREFIX, parse_delay_levels
 from .commitlog import CommitLog, Segment
 from .config import StoreConfig
-from .consumequeue import ConsumeQueue, QueueDirectory, discover_queues, infer_queue_file_size, queue_directories, topic_strays
+from .consumequeue import ConsumeQueue, QueueDirectory, TopicListing, discover_queues, infer_queue_file_size, queue_directories, queue_path_files
+from .consumequeue import topic_listing, topic_strays
 from .index import IndexFile, IndexGeometry, index_strays, list_index_files, store_index_geometry
 from .mappedfile import CREATED, DELETED, INDEX_SERVICE, LEFT_OUT, LOAD_CONSUME_QUEUE, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED
 from .mappedfile import unmounted_text
@@ -441,19 +442,30 @@ class Store:
     def consume_queue_file_size(self) -> int:
         if self.config.consume_queue_file_size:
             return self.config.consume_queue_file_size
-        return (self.root is not None and infer_queue_file_size(self.path("consumequeue"))) or 300_000 * 20
+        return (self.root is not None and infer_queue_file_size(self.path("consumequeue"), self.queue_directories)) or 300_000 * 20
+
+    @cached_property
+    def _topic_listing(self) -> TopicListing:
+        """``consumequeue/``'s topic folders and their entries, listed once (``consumequeue.topic_listing``)."""
+        return [] if self.root is None else topic_listing(self.path("consumequeue"))
 
     @cached_property
     def queue_directories(self) -> list[QueueDirectory]:
         """The directories under ``consumequeue/``'s topics the broker takes a queue id from (``consumequeue.queue_directories``),
-        those it never reads too (``QueueDirectory.read``): listed once for ``consume_queues`` and the checks of such directories."""
-        return [] if self.root is None else queue_directories(self.path("consumequeue"))
+        those it never reads too (``QueueDirectory.read``): for ``consume_queues`` and the checks of such directories."""
+        return queue_directories(self.path("consumequeue"), self._topic_listing) if self.root is not None else []
+
+    @cached_property
+    def queue_path_files(self) -> list[Path]:
+        """The files at a queue's own path under ``consumequeue/`` (``consumequeue.queue_path_files``): verify's
+        ``cq-queue-path-not-a-directory``, the write commands' refusal (``planparts.odd_queue_directory``)."""
+        return queue_path_files(self.path("consumequeue"), self._topic_listing) if self.root is not None else []
 
     @cached_property
     def topic_strays(self) -> list[tuple[StrayEntry, None, bool]]:
         """``(entry, None, False)`` of each entry of a topic's folder under ``consumequeue/`` named by no queue id, which
         ``loadConsumeQueue`` lists (``consumequeue.topic_strays``): verify's ``cq-topic-stray-entry``, ``nextstart.queue_refusal``."""
-        return [] if self.root is None else [(entry, None, False) for entry in topic_strays(self.path("consumequeue"))]
+        return [(entry, None, False) for entry in topic_strays(self.path("consumequeue"), self._topic_listing)] if self.root is not None else []
 
     @cached_property
     def consume_queues(self) -> list[ConsumeQueue]:

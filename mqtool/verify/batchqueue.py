@@ -15,7 +15,7 @@ from typing import Iterator
 from ..formats.dispatch import batch_unit_span
 from ..store import Store
 from ..store.batchconsumequeue import UNIT_SIZE, BatchConsumeQueue, valid_mask
-from ..store.consumequeue import queue_directories
+from ..store.consumequeue import queue_directories, queue_path_files, topic_listing
 from .consumequeue import queue_path_file_findings, unread_directory_findings, wrong_length_files
 from .findings import Finding, error, warning
 
@@ -51,8 +51,9 @@ def batch_queue_findings(store: Store, start: int | None = None, stop: int | Non
     queues = store.batch_consume_queues
     if not queues:
         return None
-    yield from unread_directory_findings(store, queue_directories(store.path("batchconsumequeue")), "batch consume queue", {"queue_kind": "batch"})
-    yield from queue_path_file_findings(store, store.path("batchconsumequeue"), "batch consume queue", {"queue_kind": "batch"})
+    folder, listing = store.path("batchconsumequeue"), topic_listing(store.path("batchconsumequeue"))
+    yield from unread_directory_findings(store, queue_directories(folder, listing), "batch consume queue", {"queue_kind": "batch"})
+    yield from queue_path_file_findings(store, queue_path_files(folder, listing), "batch consume queue", {"queue_kind": "batch"})
     expected, end = expected_batch_units(store, {q.topic for q in queues}, start, stop)
     units = 0
     for queue in queues:

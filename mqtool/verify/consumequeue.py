@@ -28,7 +28,7 @@ from ..formats.errors import FormatError
 from ..formats.properties import PropertyKey
 from ..errors import MqtoolError
 from ..store import ConsumeQueue, Store
-from ..store.consumequeue import READ_BELOW, QueueDirectory, has_queue_directory, queue_path_files
+from ..store.consumequeue import READ_BELOW, QueueDirectory, has_queue_directory
 from ..store import fastscan as fs
 from ..store.mappedfile import LOAD_CONSUME_QUEUE, MappedFile, offset_named_files, stray_after
 from ..store.nextstart import refused_by
@@ -386,11 +386,11 @@ def unread_directory_findings(store: Store, found: list[QueueDirectory], what: s
                       details={"topic": directory.topic, "queue_id": directory.queue_id, "read_from": read, "files": files, **(details or {})})
 
 
-def queue_path_file_findings(store: Store, directory: Path, what: str = "consume queue", details: dict | None = None) -> Iterator[Finding]:
-    """``cq-queue-path-not-a-directory`` (an error) for each file at a queue's own path under ``directory``
+def queue_path_file_findings(store: Store, found: list[Path], what: str = "consume queue", details: dict | None = None) -> Iterator[Finding]:
+    """``cq-queue-path-not-a-directory`` (an error) for each file of ``found`` at a queue's own path
     (``consumequeue.queue_path_files``): an empty queue the broker loads but cannot write, and the first entry it dispatches
     there stops the store taking any put."""
-    for path in queue_path_files(directory):
+    for path in found:
         target = f"a dangling symlink to {os.readlink(path)}" if os.path.islink(path) else "a file"
         yield error("cq-queue-path-not-a-directory", f"{target} where the broker reads and writes queue {path.name} of {path.parent.name}'s "
                     f"{what} directory: it loads an empty queue, but cannot write the first entry it dispatches there (no file can be made "
@@ -430,7 +430,7 @@ class ConsumeQueueCheck(FindingSink):
         self.batch_topics = {p.name for p in batch_dir.iterdir() if p.is_dir()} if batch_dir.is_dir() else set()
         self.dedup_by_end = bool(store.eras_where("cq_dedup_by_end"))  # rules §3.4: maxPhysicOffset = offset + size
         self.chunk_units = chunk_units(sum(1 for q in store.consume_queues if not q.topic.startswith(LMQ_PREFIX)))  # the windows loaded
-        for finding in (*unread_directory_findings(store, store.queue_directories), *queue_path_file_findings(store, store.path("consumequeue"))):
+        for finding in (*unread_directory_findings(store, store.queue_directories), *queue_path_file_findings(store, store.queue_path_files)):
             self.emit(finding)  # LMQ queues' too
         for finding in topic_stray_findings(store):
             self.emit(finding)
