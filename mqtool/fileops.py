@@ -77,9 +77,12 @@ def naming(path: Path) -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        if exc.filename is not None or exc.errno not in WRITE_REFUSED:
-            raise
-        raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise named(exc, path) from None
+
+
+def named(exc: OSError, path: Path) -> OSError:
+    """``exc`` said with ``path`` where it is a write refused (``naming``) that names no file; else ``exc`` itself."""
+    return exc if exc.filename is not None or exc.errno not in WRITE_REFUSED else OSError(exc.errno, exc.strerror, str(path))
 
 
 def special(mode: int) -> bool:

@@ -400,3 +400,24 @@ def test_a_queue_directory_named_otherwise_than_its_id_is_refused_before_any_pla
     assert "consumequeue/TopicTest/01: a queue directory the broker reads as queue 1 of TopicTest" in result.stderr
     assert "consumequeue/TopicTest/1, never in this one" in result.stderr
     assert tree(store) == before and not (tmp_path / "b").exists()
+
+
+def test_a_full_disk_in_salvage_names_the_output_that_ran_out_of_room(tmp_path, monkeypatch):
+    """Before: `salvage --to-store OUT --out FILE` on a full disk said "cannot write: No space left on device", naming neither
+    output. Now the line names the one whose write failed: the rows' file (/dev/full), or the new store being built."""
+    import errno
+    import os
+
+    source = copy_store("5.3.3", "crashed-small", tmp_path / "src")
+    rows = run("salvage", source, "-f", "jsonl", "--out", "/dev/full")
+    assert rows.exit_code == 3 and rows.stderr.endswith("mqtool: error: /dev/full: No space left on device\n"), rows.stderr
+    real = os.pwrite
+
+    def pwrite(fd, data, offset):  # the new store's queue files: their disk is full
+        if "out.mqtool-partial" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    full = run("salvage", source, "--to-store", tmp_path / "out", "-f", "jsonl", "--out", tmp_path / "rows.jsonl")
+    assert full.exit_code == 3 and full.stderr.endswith(f"mqtool: error: {tmp_path}/out.mqtool-partial: No space left on device\n"), full.stderr

@@ -13,6 +13,7 @@ from typing import Annotated, Iterator, Optional
 import typer
 
 from ..errors import EXIT_FINDINGS, BadInput, UsageError
+from ..fileops import named, naming
 from ..store.records import MESSAGE_FIELDS, BodyEncoding
 from ..store.store import SEGMENT_NAME, SEGMENT_SIZE
 from .common import BrokerConfigOpt, BrokerVersionOpt, ProgressOpt, guarded, note, open_store, shell_path, silence_stdout
@@ -47,7 +48,10 @@ def _place(writer, store, row: dict):
     if row["status"] == "stale":
         return None  # stale records are never written to the new store
     raw = store.commitlog.read_bytes(row["offset"], row["size"])
-    return writer.add(raw, **{k: row[k] for k in DISPATCH if k != "size"})
+    try:
+        return writer.add(raw, **{k: row[k] for k in DISPATCH if k != "size"})
+    except OSError as exc:  # a full disk named as the new store, not as the --out file (``salvage``) nor a bare "No space left"
+        raise named(exc, writer.building) from None
 
 
 def _parquet(batches, out: Path, writer, store) -> None:
@@ -121,11 +125,13 @@ def salvage(
             writer = SalvageStoreWriter(store, check_target(store, to_store))
             State.output_may_close = True  # a closed stderr drops the notes: the new store never depends on who reads them
         try:
-            scan, next_start = _salvage(store, writer, out, format, body, include_stale, progress)
+            with naming(out) if out is not None else contextlib.nullcontext():  # the rows' file, where no other output was named
+                scan, next_start = _salvage(store, writer, out, format, body, include_stale, progress)
             from ..verify.lmq import with_stall
 
             next_start = with_stall(store, next_start)  # where a record whose dispatch throws stops that start
-            new_store = writer.close() if writer is not None else None
+            with naming(writer.building) if writer is not None else contextlib.nullcontext():
+                new_store = writer.close() if writer is not None else None
         except BaseException:
             if out is not None and out.is_file():  # not a directory given for the file (exit 3, said once)
                 if format is not SalvageFormat.parquet:
