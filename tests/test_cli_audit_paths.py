@@ -50,7 +50,7 @@ def test_a_parquet_salvage_a_full_disk_cuts_short_leaves_no_unreadable_file(tmp_
     out = tmp_path / "rows.parquet"
     done = run("salvage", store_path("4.9.7", "crashed-small"), "-f", "parquet", "--body", "base64", "--out", out)
     assert done.exit_code == EXIT_BAD_INPUT, done.stderr
-    assert done.stderr.splitlines()[-1] == "mqtool: error: cannot write: No space left on device"
+    assert done.stderr.splitlines()[-1] == f"mqtool: error: {out}: No space left on device"  # before: "cannot write: ..."
     assert not out.exists(), out.stat().st_size
     assert f"mqtool: {out}: removed: the Parquet file was cut short before its footer" in done.stderr
     assert "holds only the rows" not in done.stderr
@@ -218,7 +218,7 @@ def test_a_salvage_a_full_disk_cuts_short_leaves_only_whole_rows(tmp_path, monke
     out = tmp_path / "rows.jsonl"
     done = run("salvage", store_path("4.9.7", "crashed-small"), "-f", "jsonl", "--body", "base64", "--out", out)
     assert done.exit_code == EXIT_BAD_INPUT, done.stderr
-    assert done.stderr.splitlines()[-1] == "mqtool: error: cannot write: No space left on device"
+    assert done.stderr.splitlines()[-1] == f"mqtool: error: {out}: No space left on device"  # before: "cannot write: ..."
     assert f"mqtool: {out}: holds only the rows written before salvage stopped" in done.stderr
     text = out.read_text(encoding="utf-8")
     assert 0 < len(text) <= FullDisk.room and text.endswith("\n")
