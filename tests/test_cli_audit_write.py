@@ -421,3 +421,41 @@ def test_a_full_disk_in_salvage_names_the_output_that_ran_out_of_room(tmp_path, 
     monkeypatch.setattr(os, "pwrite", pwrite)
     full = run("salvage", source, "--to-store", tmp_path / "out", "-f", "jsonl", "--out", tmp_path / "rows.jsonl")
     assert full.exit_code == 3 and full.stderr.endswith(f"mqtool: error: {tmp_path}/out.mqtool-partial: No space left on device\n"), full.stderr
+
+
+KILLED_WRITING_THE_MANIFEST = """import os, signal, sys
+import mqtool.apply.backup as backup
+write = backup.write_atomic
+backup.write_atomic = lambda path, *a, **k: os.kill(os.getpid(), signal.SIGKILL) if path.name == "manifest.json" else write(path, *a, **k)
+sys.argv[0] = "mqtool"
+from mqtool.__main__ import main
+main()
+"""
+
+
+@pytest.mark.parametrize("command", ["recover", "repair"])
+def test_a_kill_before_the_backups_manifest_leaves_no_folder_restore_takes_for_a_backup(tmp_path, command):
+    """SIGKILL between making the backup folder and writing its manifest. Before: the folder the plan named stayed, empty
+    (a repair's holding an empty stage), and `restore` of it said "not an mqtool backup (no manifest.json)". The folder is
+    made under a temporary name and renamed into place with its manifest: `restore` says the store was never changed, with
+    `-f json` too (one document, exit 0 as the text form); `info` says nothing was interrupted; the same command applies it."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    store, target = copy_store("4.9.7", "crashed-small", tmp_path / "s"), tmp_path / "bk"
+    before = tree(store)
+    args = [command, str(store), "--yes", "--backup-dir", str(target)]
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITING_THE_MANIFEST, *args], capture_output=True, text=True, cwd=ROOT)
+    assert killed.returncode == -9 and tree(store) == before and not target.exists(), killed.stderr
+    for fmt in ("table", "json"):
+        said = run("restore", target, "--yes", "-f", fmt)
+        assert said.exit_code == 0 and "the store was never changed" in " ".join(said.stderr.split()), said.stderr
+    doc = json.loads(said.stdout)
+    assert (doc["backup"], doc["restored"], doc["store_changed"]) == (str(target), [], False) and "never changed" in doc["why"]
+    assert "interrupted" not in run("info", store).stderr
+    again = run(*args)
+    assert again.exit_code in (0, 1) and (target / "manifest.json").is_file() != (command == "repair"), again.stderr
+    assert not target.with_name("bk.mqtool-tmp").exists() and run("restore", target, "--yes").exit_code == 0 and tree(store) == before

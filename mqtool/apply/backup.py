@@ -246,13 +246,24 @@ class BackupSet:
         directory = Path(directory)
         if directory.exists() and any(directory.iterdir()) and not cls.unused(directory):
             raise BadInput(f"{directory}: backup directory exists and is not empty; nothing was changed: give a new or empty --backup-dir")
-        made = makedirs(directory)
-        manifest = new_manifest(store_root, plan_doc, step)
+        # a new folder (a repair's, made for its first stage) is made whole under a temporary name and renamed into place once its
+        # manifest is there: killed before, it leaves no folder without one at the path the plan named (``restore``: never begun)
+        top = directory.parent if step and not directory.parent.exists() else directory
+        building = top if top.exists() else top.with_name(top.name + TMP_SUFFIX)
+        inner, manifest, made = building / directory.relative_to(top), new_manifest(store_root, plan_doc, step), []
         try:
-            write_atomic(directory / "manifest.json", manifest_bytes(manifest))
+            if building != top:
+                shutil.rmtree(building, ignore_errors=True)  # an earlier kill's
+            made = [top / d.relative_to(building) if d == building or building in d.parents else d for d in makedirs(inner)]
+            write_atomic(inner / "manifest.json", manifest_bytes(manifest))
             if reserve:
-                take_room(directory / RESERVE, reserve)
+                take_room(inner / RESERVE, reserve)
+            if building != top:
+                os.rename(building, top)
+                fsync_dir(top.parent)
         except BaseException:  # OSError, or Ctrl-C before the manifest is there
+            if building != top:
+                shutil.rmtree(building, ignore_errors=True)
             for d in made:  # the directories made for it, deepest first: a backup that could not start leaves none
                 with contextlib.suppress(OSError):
                     d.rmdir()

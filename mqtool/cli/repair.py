@@ -729,13 +729,17 @@ def restore_cmd(backup: Annotated[Path, typer.Argument(help="A backup directory 
     Example:
       mqtool restore /data/rocketmq/.mqtool-backups/store-20240501T030000000-recover --yes
     """
+    if _never_begun(backup):  # one document all the same (`-f json`): nothing restored, the store never changed
+        left = backup if backup.exists() else backup.with_name(backup.name + TMP_SUFFIX)
+        why = (f"no backup set was made in {backup}: the command stopped before it backed up or changed anything, so the store was never "
+               f"changed; {shell_path(left)}, which it left, can be removed")
+        emit_plan({"backup": str(backup), "restored": [], "deleted": [], "store_changed": False, "why": why}, fmt, lambda console, doc: None)
+        note(f"nothing to restore: {why}")
+        return
     if not backup.exists():
         raise BadInput(f"{backup}: no such backup directory (deleted or moved?)")
     if not backup.is_dir():
         raise BadInput(f"{backup}: not an mqtool backup (a backup is the directory a repair command named: undo with: mqtool restore DIR --yes)")
-    if _never_begun(backup):
-        note(f"nothing to restore: {backup} holds no backup set: the command that made it stopped before it backed up or changed anything")
-        return
     stages = repair_stages(backup)
     if stages:
         sets = [BackupSet.open(stage) for stage in stages]
@@ -849,11 +853,14 @@ def _finish_restore_line(backup: Path) -> str:
 
 
 def _never_begun(backup: Path) -> bool:
-    """A backup directory an apply (or a repair's first stage) was killed in before its manifest was written: nothing in it
-    but that manifest's temporary file (the first file ``BackupSet.create`` writes) or a repair's stage directories, each
-    such or empty (made with it). An empty directory is none: nothing in it says mqtool made it (``restore`` refuses it)."""
+    """A backup directory an apply (or a repair's first stage) was killed in before its manifest was written (``BackupSet.create``):
+    absent, the folder it was made in under a temporary name left beside it; or given (existing) with nothing in it but what
+    ``create`` writes under a temporary name (its manifest, a stage's folder), or a repair's stage directories, each such or
+    empty (made with it by an earlier mqtool). An empty directory is none: nothing in it says mqtool made it (``restore`` refuses it)."""
+    if not backup.exists():
+        return backup.with_name(backup.name + TMP_SUFFIX).is_dir()
     entries = list(backup.iterdir()) if backup.is_dir() and not (backup / "manifest.json").exists() else []
-    return bool(entries) and all(e.name == "manifest.json" + TMP_SUFFIX or (e.is_dir() and STAGE_NAME.fullmatch(e.name) is not None and (
+    return bool(entries) and all(e.name.endswith(TMP_SUFFIX) or (e.is_dir() and STAGE_NAME.fullmatch(e.name) is not None and (
         not any(e.iterdir()) or _never_begun(e))) for e in entries)
 
 
