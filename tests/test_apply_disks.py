@@ -618,7 +618,7 @@ def test_a_full_disk_while_staging_says_the_store_was_not_changed(tmp_path, monk
         m.setattr(os, "pwrite", pwrite)
         stopped = run(*args)
     said = (f"{store / STAGING_DIR}: No space left on device; the apply stopped before it changed the store: fix this (a full disk: "
-            "free space) and run the command again to apply it")
+            f"free space) and run `mqtool {command} {store} --yes` to apply it")
     assert stopped.exit_code == 3 and said_once(stopped.stderr, said) and "restore" not in stopped.stderr, stopped.stderr
     assert tree(store) == before and not [p for p in os.listdir(store) if p.startswith(".mqtool")]
     assert not (tmp_path / "backup").exists() or not any((tmp_path / "backup").iterdir())

@@ -262,7 +262,7 @@ def test_ctrl_c_in_the_check_after_a_repairs_stage_stops_it_there(tmp_path, monk
     backup = tmp_path / "backup"
     begun, ended = counted_checks(monkeypatch, ctrl_c_at=2)  # the plan's check, then the one after the recover stage
     line = error_line(run("repair", store, "--yes", "--backup-dir", backup), 130)
-    assert line == ("mqtool: error: interrupted: partly applied: finish with the same command again (with --yes), "
+    assert line == (f"mqtool: error: interrupted: partly applied: finish with `mqtool repair {store} --yes`, "
                     f"or undo with: mqtool restore {backup} --yes")
     assert (len(begun), len(ended)) == (2, 1)  # the check interrupted did not run on
     assert not (store / "abort").exists()  # the recover stage is applied

@@ -459,3 +459,19 @@ def test_a_kill_before_the_backups_manifest_leaves_no_folder_restore_takes_for_a
     again = run(*args)
     assert again.exit_code in (0, 1) and (target / "manifest.json").is_file() != (command == "repair"), again.stderr
     assert not target.with_name("bk.mqtool-tmp").exists() and run("restore", target, "--yes").exit_code == 0 and tree(store) == before
+
+
+def test_an_interrupted_rebuild_of_one_topic_is_finished_by_the_command_named(tmp_path, monkeypatch):
+    """`rebuild-cq STORE --topic T --yes` killed once its apply began. Before: "run `mqtool rebuild-cq STORE --yes`", which
+    finishes it and then rebuilds every other topic's queues too; the store unquoted. Now the line gives the options the plan
+    was made with, quoted: pasted, it finishes that apply and plans nothing more."""
+    import re
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
+    (store / "consumequeue" / "TopicTest" / "1" / "00000000000000000000").unlink()
+    killed_at(monkeypatch, ["rebuild-cq", store, "--topic", "TopicTest", "--yes", "--backup-dir", tmp_path / "bk"], 2)
+    line = run("info", store).stderr.splitlines()[0]
+    finish = shlex.split(re.findall(r"`([^`]*)`", line)[0])
+    assert finish == ["mqtool", "rebuild-cq", str(store), "--topic", "TopicTest", "--yes"], line
+    again = run(*finish[1:])
+    assert again.exit_code == 0 and "the interrupted rebuild-cq apply is finished, which leaves nothing to do" in again.stderr, again.stderr

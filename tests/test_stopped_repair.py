@@ -240,3 +240,32 @@ def test_a_restore_killed_as_it_removes_the_repair_mark_removes_it_when_run_agai
     again = run("restore", backup, "--yes")
     assert again.exit_code == EXIT_OK, again.stderr
     assert snapshot(store) == before
+
+
+def test_a_repair_stopped_inside_a_stage_names_the_repair_that_finishes_it(tmp_path, monkeypatch):
+    """The store's disk full while stage 02-rebuild-cq stages its files (after 01-recover is applied), on a store whose path
+    has a space, run with --broker-version. Before: "fix this and run the same repair again (with --yes) to finish it", and
+    `repair STORE --yes` alone could not be pasted (the path unquoted nowhere; the version left out). Now the line names
+    the repair as run, pasteable; it finishes the repair, and `info` names the same command before that."""
+    import errno
+    import os
+
+    from mqtool.apply.backup import STAGING_DIR
+
+    store, backup = copy_store("4.9.7", "rewrite-clean", tmp_path / "on call"), tmp_path / "bk"
+    real = os.pwrite
+
+    def pwrite(fd, data, offset):
+        if (backup / "02-rebuild-cq").exists() and STAGING_DIR in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data, offset)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "pwrite", pwrite)
+        stopped = run("repair", store, "--broker-version", "4.9.7", "--yes", "--backup-dir", backup)
+    line = stopped.stderr.splitlines()[-1]
+    assert stopped.exit_code == 3 and "the repair stopped in stage 02-rebuild-cq" in line, stopped.stderr
+    repair = ["mqtool", "repair", str(store), "--broker-version", "4.9.7", "--yes"]
+    assert commands_said(line) == [repair] and commands_said(run("info", store).stderr.splitlines()[0])[0] == repair
+    again = run(*repair[1:])
+    assert again.exit_code == EXIT_OK and "after the 1 the stopped run applied" in again.stderr, again.stderr

@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import time
@@ -750,14 +751,26 @@ def undo_command(backup_dir: Path | str) -> str:
     return f"mqtool restore {shell_path(restore_target(Path(backup_dir)))} --yes"
 
 
-def _applied_command(backup_dir: Path) -> str | None:
-    """The command of the one apply backed up in ``backup_dir``; None for a repair's stage or an unreadable manifest."""
-    if restore_target(backup_dir) != backup_dir:
-        return None
-    try:
-        return read_manifest(backup_dir).get("command")
-    except (BadInput, OSError):
-        return None
+def finish_command(store: Path | str, manifest: dict) -> str:
+    """The command that finishes on ``store`` the apply backed up with ``manifest`` (stopped before its first change: applies
+    it): ``repair`` for a repair's stage (its manifest's ``command``), else the plan's command, with the options its plan
+    records that the next run must be given again: a ``--broker-version`` given, a repair's ``--broker-config``, the queues
+    of ``rebuild-cq``, ``truncate-dirty``'s ``--full-scan``."""
+    plan = manifest.get("plan") or {}
+    options, command = plan.get("options") or {}, manifest.get("command") or plan.get("command")
+    own = {"rebuild-cq": {"topic": options.get("topic"), "queue": options.get("queue_id"),
+                          "respect_topic_config": options.get("respect_topic_config")}, "truncate-dirty": {"full_scan": options.get("full_scan")}}
+    own = own.get(command, {})
+    version = plan.get("broker_version") if plan.get("version_source") == "given" else None
+    return rerun_command(command, store, **own, broker_config=options.get("broker_config"), broker_version=version)
+
+
+def rerun_command(command: str, store: Path | str, **flags) -> str:
+    """``mqtool COMMAND STORE --flag value ... --yes``, each word as pasted in a shell (a value quoted as it is: a topic may begin
+    with ``-``, which an option's value takes as it is); a flag True stands alone, one None or False is left out."""
+    words = [f"--{name.replace('_', '-')}" + ("" if value is True else f" {shlex.quote(str(value))}") for name, value in flags.items()
+             if value is not None and value is not False]
+    return " ".join(["mqtool", command, shell_path(store), *words, "--yes"])
 
 
 def moved_from(store_root: Path, backup: Path) -> Path | None:
@@ -779,12 +792,15 @@ def interrupted_apply_ways(store_root: Path, pending: Path) -> str:
     """How to go on from the apply interrupted in ``store_root`` whose backup is ``pending``: the same command
     with --yes finishes it, ``undo_command`` undoes it. With that backup gone (deleted or moved) neither can
     run, and every repair command refuses the store: said, with the way to plan again on the store as it is. The command is
-    named where the backup is one apply's (said from ``restore`` or ``info``, "the command" would be theirs). A store moved
+    named (``finish_command``: said from ``restore`` or ``info``, "the command" would be theirs). A store moved
     since the apply began is finished or undone where it was: said first."""
     if Path(pending).exists():
         was = moved_from(store_root, Path(pending))
-        command = _applied_command(Path(pending))
-        again = f"run `mqtool {command} {shell_path(was or store_root)} --yes`" if command else "run the command again with --yes"
+        try:  # a repair's stage made before its manifest named it: its repair's
+            manifest = {**read_manifest(pending), **({"command": "repair"} if restore_target(Path(pending)) != Path(pending) else {})}
+        except (BadInput, OSError):
+            manifest = None
+        again = f"run `{finish_command(was or store_root, manifest)}`" if manifest else "run the command again with --yes"
         return f"{'' if was is None else moved_line(was) + ', then '}{again} to finish it, or undo it with: {undo_command(pending)}"
     return (f"its backup {pending} is gone (deleted or moved: put it back to finish or undo that apply), so the apply can be neither "
             f"finished nor undone and the store holds what it had done; to plan again on the store as it is, remove "

@@ -33,9 +33,9 @@ from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
 from .writers import ConsumeQueueWriter, IndexWriterService, QueueState
-from .backup import (RESTORE_ROOM, STAGING_DIR, WIDEST, BackupSet, clear_pending, final_manifest_size, interrupted_apply_ways, manifest_bytes,
-                     new_manifest, read_pending, refuse_backup_inside, restore, staging_path, undo_command, unfinished_restore_line, work_path,
-                     write_pending)
+from .backup import (RESTORE_ROOM, STAGING_DIR, WIDEST, BackupSet, clear_pending, final_manifest_size, finish_command, interrupted_apply_ways,
+                     manifest_bytes, new_manifest, read_pending, refuse_backup_inside, restore, staging_path, undo_command, unfinished_restore_line,
+                     work_path, write_pending)
 from .heap import release_free_heap
 from ..fileops import (copy_sparse, deleted_on_failure, fsync_dir, fsync_path, install, makedirs, naming, owner_for, remove, write_atomic,
                        write_range, zero_range)
@@ -312,9 +312,9 @@ class Executor:
                     clear_pending(self.root)
                     self.backup.discard()
                 raise ApplyIOError(f"{cause}; the apply stopped before it changed the store: fix this (a full disk: free space) "
-                                   "and run the command again to apply it", cause) from None
-            raise ApplyIOError(f"{cause}; the apply stopped at a safe point: fix this and run the command again to finish it, "
-                               f"or undo it with: {undo_command(self.backup.dir)}", cause) from None
+                                   f"and run `{finish_command(self.root, self.backup.manifest)}` to apply it", cause) from None
+            raise ApplyIOError(f"{cause}; the apply stopped at a safe point: fix this and run `{finish_command(self.root, self.backup.manifest)}` "
+                               f"to finish it, or undo it with: {undo_command(self.backup.dir)}", cause) from None
         except Exception as exc:  # noqa: BLE001 - a bug: undone, then reported
             raise ApplyError(f"internal error while applying ({type(exc).__name__}: {exc}); {roll_back([self.backup])}; please report this") from exc
 

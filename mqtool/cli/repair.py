@@ -21,7 +21,7 @@ import typer
 from .. import apply as writer  # its executor (and the kernels it loads) on first use
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
 from ..apply.backup import (
-    BACKUPS_DIR, REPAIR_MARKER, RESERVE, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, interrupted_apply_ways,
+    BACKUPS_DIR, REPAIR_MARKER, RESERVE, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, finish_command, interrupted_apply_ways,
     later_backups, leftover_temporaries, moved_from, newest_first, read_manifest, refuse_backup_inside, refuse_changed, refuse_incomplete,
     refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending)
 from ..apply.heap import release_free_heap
@@ -98,15 +98,16 @@ def explain_interrupt(root: Path, backup: Path):
     undo = undo_command(backup)
     existed = backup.exists()
     try:
-        with sigbus_says(f"the store may be partly changed: `mqtool info {shell_path(root)}` says whether an apply was interrupted; "
-                         f"finish it with the same command again (with --yes), or undo it with: {undo}"):
+        with sigbus_says(f"the store may be partly changed: `mqtool info {shell_path(root)}` says whether an apply was interrupted and the "
+                         f"command that finishes it; or undo it with: {undo}"):
             yield
     except KeyboardInterrupt:
         # what restore undoes: a backup set (its manifest is written before the first change) or a repair's stages, unless
         # none has a journal event yet (``BackupSet.unused``: stopped before the apply began), which go with the directories
         sets = repair_stages(backup) or ([backup] if (backup / "manifest.json").exists() else [])
         if read_pending(root) is not None or not all(BackupSet.unused(s) for s in sets):
-            raise Interrupted(f"interrupted: partly applied: finish with the same command again (with --yes), or undo with: {undo}") from None
+            finish = f"`{finish_command(root, read_manifest(sets[-1]))}`" if sets else "the same command again (with --yes)"
+            raise Interrupted(f"interrupted: partly applied: finish with {finish}, or undo with: {undo}") from None
         for unused in sets:
             for name in ("journal.jsonl", "manifest.json", RESERVE):
                 with contextlib.suppress(OSError):
@@ -551,8 +552,9 @@ class RepairStages:
             writer.apply_plan(plan, directory, progress=lambda m: note(f"  {m}"), cache=cache, backed=self._mark, step=name, later=then)
         except executor().ApplyIOError as exc:
             if self.done or self.earlier or (directory / "manifest.json").exists():  # else nothing changed, as it says
+                again = finish_command(self.root, {"command": "repair", "plan": plan.to_dict()})  # the options this run was given
                 raise executor().ApplyIOError(
-                    f"{exc.cause}; the repair stopped in stage {directory.name}: fix this and run the same repair again (with --yes) to finish it, "
+                    f"{exc.cause}; the repair stopped in stage {directory.name}: fix this and run `{again}` to finish it, "
                     f"or undo every stage with: mqtool restore {shell_path(self.target)} --yes", exc.cause) from None
             raise
         self.done.append(directory)

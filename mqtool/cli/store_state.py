@@ -46,14 +46,13 @@ def stopped_repair_line(root: Path, stopped: dict) -> str:
     and the two ways on: the same repair again finishes it, ``restore`` of its backup undoes it."""
     done = f"stage(s) {', '.join(stopped['done'])} done" if stopped["done"] else "no stage done"
     cut = f", stage {stopped['stopped_in']} cut short" if stopped["stopped_in"] else ""
-    version = "".join(f" --{option.replace('_', '-')} {shell_path(stopped[option])}" for option in ("broker_config", "broker_version")
-                      if stopped.get(option))  # as the stopped run was told
-    from ..apply.backup import moved_from, moved_line
+    from ..apply.backup import moved_from, moved_line, rerun_command
 
     was = moved_from(root, Path(stopped["backup"]))  # a store moved since: its stages are finished or undone where it was
     first, at = ("", root) if was is None else (f"{moved_line(was, 'repair')}, then ", was)
     return (f"a repair on this store stopped before its last stage (backup {stopped['backup']}: {done}{cut}): "
-            f"{first}run `mqtool repair {shell_path(at)}{version} --yes` again to finish it, "
+            f"{first}run `{rerun_command('repair', at, broker_config=stopped.get('broker_config'), broker_version=stopped.get('broker_version'))}` "
+            "again to finish it, "
             f"or `mqtool restore {shell_path(stopped['backup'])} --yes` to undo it")
 
 
