@@ -234,7 +234,7 @@ def test_a_finding_whose_place_does_not_fit_keeps_it_under_the_finding():
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_salvage_out_on_a_full_disk_is_said_as_for_every_format(tmp_path, fmt):
     """Before: a full disk under `salvage -f parquet --out FILE` said pyarrow's "cannot write: Error writing
-    bytes to file. Detail: [errno 27] File too large"; now said as for jsonl, the same error line, and what is left of
+    bytes to file. Detail: [errno 27] File too large"; now said as for jsonl, the same error line naming FILE, and what is left of
     FILE: jsonl's whole rows, or no Parquet file cut short before its footer (which no reader opens)."""
     out = tmp_path / f"out.{fmt}"
     store = store_path("5.3.3", "clean-small")
@@ -242,5 +242,5 @@ def test_salvage_out_on_a_full_disk_is_said_as_for_every_format(tmp_path, fmt):
     assert done.returncode == EXIT_BAD_INPUT, done.stderr
     left = {"jsonl": "holds only the rows written before salvage stopped",
             "parquet": "removed: the Parquet file was cut short before its footer, which every reader needs to open it"}[fmt]
-    assert done.stderr.splitlines()[-2:] == [f"mqtool: {out}: {left}", "mqtool: error: cannot write: File too large"]
+    assert done.stderr.splitlines()[-2:] == [f"mqtool: {out}: {left}", f"mqtool: error: {out}: File too large"]
     assert out.exists() == (fmt == "jsonl")
