@@ -1,7 +1,5 @@
-"""Planning when the store does not say which broker version wrote it: ``plan_under_candidates`` plans
-under one representative of each distinct set of rules (``store.eras``); equal plans go ahead, differing
-ones are refused (exit 4) with the difference and the rules that decide it.
-"""
+"""Planning when the store does not decide the broker version: ``plan_under_candidates`` plans under one representative of each
+set of rules (``store.eras``); equal plans go ahead, differing ones are refused (exit 4)."""
 
 from __future__ import annotations
 
@@ -63,10 +61,8 @@ def _short(value: Any) -> str:
 
 
 def plans_per_candidate(store: Store, make_plan: Callable[[Store, Any, SharedScans | None], Plan], cache: Any = None) -> tuple[list, list[str], list[Plan]]:
-    """``make_plan(store, cache, scans)`` under each candidate of an undecided store (one per distinct
-    set of rules, ``store.eras``), the candidates sharing their scans, ``cache`` filled by the first's run
-    only: (candidates, their eras' labels, their plans), not compared (``plan_under_candidates`` does).
-    A decided store: its version alone, labelled with it."""
+    """``make_plan(store, cache, scans)`` under each candidate (sharing scans; ``cache`` filled by the first only): (candidates,
+    eras' labels, plans), not compared. A decided store: its version alone."""
     if store.version_guess.version is not None:
         return [store.version_guess.version], [str(store.version_guess.version)], [make_plan(store, cache, None)]
     groups = candidate_groups(store)
@@ -82,9 +78,7 @@ def plans_per_candidate(store: Store, make_plan: Callable[[Store, Any, SharedSca
 
 
 def plan_under_candidates(store: Store, make_plan: Callable[[Store, Any, SharedScans | None], Plan], cache: Any = None) -> Plan:
-    """``make_plan(store, cache, scans)`` under the detected version, or under every candidate (module
-    docstring); ``cache`` is filled by the first candidate's run only, and the candidates share
-    their scans (``scans``: ``sharedscans.py``)."""
+    """``make_plan(store, cache, scans)`` under the detected version or every candidate; ``cache`` filled by the first only."""
     guess = store.version_guess
     if guess.version is not None:
         return make_plan(store, cache, None)

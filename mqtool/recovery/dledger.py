@@ -1,13 +1,6 @@
-"""DLedger recovery (reference §15.4): ``DLedgerMmapFileStore.recover``'s entry walk and scan start
-(``store.dledgerstart``), then ``DLedgerCommitLog`` on top, per version:
-
-- 4.x and 5.x normal (``dledgerRecoverNormally``): no dispatch; the consume queues are truncated at
-  the data end if they reach it; 4.5.0-4.9.8 ``start()`` re-puts from their max offset (§8.12);
-- 5.2.0+ abnormal (``dledgerRecoverAbnormally``; 4.5.0-5.1.4 run the normal ``recover`` after a crash too):
-  every record from the matched file (``isMmapFileMatchedRecover``) dispatched, the end summed *without* the 48-byte entry headers
-  (``mmapFileOffset += size``), so the queues are cut short; ``start()`` re-puts from the
-  ``committedIndex``, and records between lose their entry (observed on 5.3.3, ``dledger-crashed-cqloss``).
-"""
+"""DLedger recovery (reference §15.4): ``DLedgerMmapFileStore.recover``'s entry walk, then ``DLedgerCommitLog`` per version.
+Normal: no dispatch, queues cut at the data end, 4.5.0-4.9.8 re-put from their max (§8.12); 5.2.0+ abnormal: records dispatched
+with the end summed without entry headers, so queues are cut short (observed on 5.3.3, ``dledger-crashed-cqloss``)."""
 
 from __future__ import annotations
 
@@ -51,9 +44,8 @@ def _index_ranges(store: Store, op: str, start: int, stop: int, note: str, creat
 
 
 def stale_unit_actions(store: Store, last_index: int) -> list:
-    """``repair``'s ``zero-range`` of the units of ``index/`` past the last entry ``last_index``, up to the first all-zero one.
-    Beyond the broker: ``DLedgerMmapFileStore.recover`` only moves the index's write position to the cut
-    (``MmapFileList.truncateOffset``) and deletes the files after it; the units stay, never read again (reference §15.4)."""
+    """``repair``'s ``zero-range`` of the ``index/`` units past ``last_index``, up to the first all-zero one: the broker only
+    moves the write position (``MmapFileList.truncateOffset``, reference §15.4)."""
     cut = last_index + 1
     if (tail := store.commitlog.units_written_from(cut)) == cut:
         return []
@@ -110,12 +102,9 @@ class DLedgerLog(LogKind):
         return reput_start(run.store.commitlog, self.dl)[0]  # 5.x: from the confirm offset (DLedger's committed position)
 
     def actions(self, run: RecoveryRun) -> list:
-        """``recover``'s changes to ``index/``: units from the first that disagrees with its entry rewritten
-        (in a file created first where none is, ``indexFileList.append``); ``indexFileList.truncateOffset`` at the
-        last valid entry deletes the files after it and leaves the units after it in its file as they are: it only
-        moves the write position, which ``MmapFileList.load`` sets to the file's end again on the next start, whose
-        walk reads unit i only for an entry i it walks (``stale_unit_actions``: ``repair``'s); and ``reviseLedgerBeginIndex``'s
-        ``indexFileList.resetOffset`` deletes the index files wholly before the first data file's first entry (its data expired)."""
+        """``recover``'s changes to ``index/``: units from the first that disagrees rewritten, ``truncateOffset`` deleting the
+        files after the last valid entry (``stale_unit_actions``: the units left), ``resetOffset`` deleting files before the first
+        data entry."""
         store, dl, actions = run.store, self.dl, []
         if dl.rewrite_from is not None:
             start, size, layout = dl.rewrite_from * dfmt.INDEX_UNIT_SIZE, index_file_size(store), store.commitlog.layout

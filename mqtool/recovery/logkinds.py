@@ -1,6 +1,5 @@
-"""The two commit logs ``plan_recover_one_version`` recovers (reference §8.4/§8.5, §15.4): what the
-steps of ``recover.py`` share (``RecoveryRun``), and what differs between the classic ``CommitLog``
-recovery and ``DLedgerCommitLog``'s (``LogKind``)."""
+"""The two commit logs ``plan_recover_one_version`` recovers (reference §8.4/§8.5, §15.4): the shared ``RecoveryRun`` and what
+differs between ``CommitLog`` and ``DLedgerCommitLog`` recovery (``LogKind``)."""
 
 from __future__ import annotations
 
@@ -96,12 +95,8 @@ class RecoveryRun:
 
 
 class LogKind:
-    """What the recovery of one kind of commit log decides; the steps in ``recover.py`` ask. Each kind
-    says ``start(run)`` (where the scan starts, and the rule), ``dispatches(run)`` (whether the scan
-    dispatches), ``queue_cut(run)`` (after the scan, where the consume queues are cut; may move
-    ``run.scan.end``), ``truncates_queues(run)`` (whether ``truncateDirtyLogicFiles`` runs there),
-    ``notes(run)`` (what it leaves imperfect, so the operator is not surprised) and
-    ``checkpoint(run, after)`` (the checkpoint values it persists beside the shared ones)."""
+    """What one kind of commit log's recovery decides, asked by ``recover.py``: ``start``, ``dispatches``, ``queue_cut``,
+    ``truncates_queues``, ``notes`` and ``checkpoint``."""
 
     shows_walked = False  # the scan shows ``walked`` the rows where it checks the CRC
     zeroes_after_cut = True  # the plan zeroes the bytes after the cut in its segment (``planparts.commitlog_plan``)
@@ -185,10 +180,8 @@ class ClassicLog(LogKind):
 
 
 class MixedFirstLoad(ClassicLog):
-    """A DLedger broker's classic commit log without DLedger data files ("the first time to load mixed
-    commitlog"): 4.5.0-5.1.4 ``DLedgerCommitLog.recover`` runs ``super.recoverNormally`` after a crash too
-    ("No need the abnormal recover"); 5.2.0+ ``dledgerRecoverAbnormally`` runs ``super.recoverAbnormally``.
-    The index load still follows the abort file (``IndexService.load(lastExitOK)``)."""
+    """A DLedger broker's classic commit log without DLedger data files: 4.5.0-5.1.4 run ``recoverNormally`` even after a crash;
+    5.2.0+ ``recoverAbnormally``. The index load still follows the abort file."""
 
     @staticmethod
     def _log_run(run: RecoveryRun) -> RecoveryRun:
@@ -205,10 +198,8 @@ class MixedFirstLoad(ClassicLog):
         return super().truncates_queues(self._log_run(run))
 
     def log_actions(self, run: RecoveryRun) -> list[Action]:
-        """The 8-byte end-of-file blank DLedgerCommitLog then writes at the recovered end, unless one is there
-        (``dledgerstart.FirstLoadBlank``: rules §8.4, reference §15.5), and DLedger's first data file, zero-filled, it
-        maps at the file's end either way (``dLedgerFileList.getLastMappedFile(dividedCommitlogOffset)``, ``recover``
-        @4.9.7, ``setRecoverPosition`` @5.3.3); refused where that load fails."""
+        """The 8-byte end-of-file blank DLedgerCommitLog writes at the recovered end unless one is there (rules §8.4, reference
+        §15.5), and the zero-filled first DLedger data file it maps; refused where that load fails."""
         from ..store.dledgerstart import first_load_blank  # a DLedger module: loaded for DLedger stores only
 
         blank = first_load_blank(run.store, run.rules, run.end) if run.dispatching else None

@@ -1,6 +1,5 @@
-"""The public planners, the only ``plan_*`` callers use: each plans under every candidate version
-(``candidates.py``) over the ``*_one_version`` planner of ``recover.py`` / ``rebuild.py`` (imported
-nowhere else: tests/test_plan_imports.py)."""
+"""The public planners: each plans under every candidate version (``candidates.py``) over the ``*_one_version`` planners of
+``recover.py`` / ``rebuild.py`` (imported nowhere else: tests/test_plan_imports.py)."""
 
 import dataclasses
 import functools
@@ -38,10 +37,8 @@ def refuse_ext_entries(store, plan) -> None:
 
 
 def recovered_queues(store, options: PlanOptions = PlanOptions()) -> list[tuple[str, object, dict]]:
-    """The broker's next start as ``recover --dry-run`` plans it (``plan_recover_one_version``), under
-    each candidate version of an undecided store, not compared (the caller compares what it reads
-    of them): (the candidate's eras, its plan, its queues after the recovery, (topic, queue id) ->
-    ``QueueSim`` with every placed unit readable, ``QueueSim.units_in``)."""
+    """The broker's next start as ``recover --dry-run`` plans it, under each candidate version, not compared: (eras, plan, (topic,
+    queue id) -> ``QueueSim`` with every placed unit readable)."""
     options = dataclasses.replace(options, keep_placed=True)
     made: list[dict] = []
 
@@ -54,17 +51,10 @@ def recovered_queues(store, options: PlanOptions = PlanOptions()) -> list[tuple[
 
 
 def queues_after_start(store, next_start=None):
-    """What ``survivors`` judges consumability against (``scan.survivors.QueuesAfter``): the consume
-    queues after the broker's next start, as ``recover --dry-run`` plans it (``recovered_queues``:
-    ``DefaultMessageStore.recover`` + the start-up reput, reference §8.2-§8.12, §15.4), under each candidate version of an undecided store, when that start changes a queue or
-    the abort file is there (abnormal recovery); else the queues as on disk. Where no recovery can be
-    planned (``Refused``; ``BadStoreFile``: the broker refuses to start on a file), the queues as on disk, the view saying why.
-
-    Not planned (the queues on disk) without an abort file when the queues' last entries end exactly
-    at the log end ``next_start`` gives (``store.nextstart``): the normal recovery then has nothing to
-    dispatch (``recoverNormally`` / 5.3.2+: records past the queues' max offset; 4.5.0-4.9.8's reput
-    from it) and nothing to truncate (``truncateDirtyLogicFiles``: units at or past the end; §5.8, §8.5,
-    §8.12), so a clean store's answer costs no recovery scan."""
+    """What ``survivors`` judges against (``scan.survivors.QueuesAfter``): the queues after the broker's next start
+    (``recovered_queues``, reference §8.2-§8.12, §15.4) where it changes a queue or an abort file is there; else, or where no
+    recovery can be planned, the queues on disk. Skipped when the queues end exactly at the log end: nothing to dispatch or cut.
+    """
     from ..scan.survivors import ON_DISK, QueuesAfter
     from ..store.startfile import max_queue_phys_offset
 

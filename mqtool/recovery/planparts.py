@@ -48,12 +48,8 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
 
 
 def odd_queue_directory(store: Store) -> None:
-    """Refuse a store with a queue directory named otherwise than its queue id's decimal (``01``, ``+1``): the broker takes
-    its id from the name (``Integer.parseInt``) but reads and writes that queue in ``<topic>/<id>`` (``ConsumeQueue``'s path,
-    ``DefaultMessageStore.loadConsumeQueue`` @4.9.7, ``ConsumeQueueStore.load`` @5.3.3), so the files in it are never its.
-    The store model reads the queue where the broker does (``consumequeue.discover_queues``; verify's ``cq-directory-unread``),
-    but no plan, backup or restore is proven beside such a directory (repair's file fixes still list its entries): none is made.
-    Nor is one on a store with a file at a queue's own path (``Store.queue_path_files``)."""
+    """Refuse a store with a queue directory not named by its id's decimal (``01``, ``+1``): the broker reads that queue in
+    ``<topic>/<id>`` (``loadConsumeQueue`` @4.9.7, ``ConsumeQueueStore.load`` @5.3.3); or one with a file at a queue's path."""
     if (blocked := next(iter(store.queue_path_files), None)) is not None:  # a plan's writes there fail as the broker's do
         raise Refused(f"{blocked.relative_to(store.root)}: no directory, where the broker reads and writes queue {blocked.name} of "
                       f"{blocked.parent.name}: it cannot write that queue, nor can a plan; no plan is made on such a store: move it aside "
@@ -67,10 +63,8 @@ def odd_queue_directory(store: Store) -> None:
 
 
 def unloadable_files(store: Store) -> None:
-    """Refuse a store the broker refuses to start on for its commit log (``nextstart.log_refusal``, rules
-    §2.13): there is no recovery of its to plan; one with a file that is a dangling symlink (``nextstart.unmounted_file``),
-    whose bytes no plan may do without; and one with a dangling symlink in index/ whose target the broker's start creates
-    (``nextstart.created_link``), which ``repair`` moves out first."""
+    """Refuse a store the broker refuses to start on for its commit log (``nextstart.log_refusal``, rules §2.13), with a dangling
+    symlink file (``nextstart.unmounted_file``), or with one in index/ the start creates (``nextstart.created_link``)."""
     from ..store.nextstart import created_link, log_refusal, unmounted_file
 
     if (unmounted := unmounted_file(store)) is not None:
@@ -105,9 +99,8 @@ def unwritable_checkpoint(store: Store) -> None:
 
 
 def config_options(store: Store) -> dict:
-    """The settings a saved plan must be applied with (``apply`` reopens the store with them): with
-    the broker config's ``storePathCommitLog``, ``enableDLegerCommitLog``, ``storePathDLedgerCommitLog``,
-    ``dLegerSelfId`` and ``mappedFileSizeTimerLog`` when given, so the apply reads the log the plan read."""
+    """The settings a saved plan is applied with (``apply`` reopens the store with them): the broker config's commit log and
+    DLedger paths, ``dLegerSelfId`` and ``mappedFileSizeTimerLog``, so the apply reads the log the plan read."""
     c = store.config
     geometry = store.index_geometry
     where = {"commitlog_dirs": [str(Path(d).resolve()) for d in c.commitlog_dirs] if c.commitlog_dirs else None, "dledger": c.dledger,
@@ -151,9 +144,8 @@ class ScanResult:
 
 def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool, accept_v2: bool, *,
                    zeroes: bool = True) -> tuple[CommitLogPlan, LostMessages, list[Action]]:
-    """The cut of the commit log where ``scan`` ended: the segments after it deleted (``truncateDirtyFiles``) and, with
-    ``zeroes``, the bytes after it in its segment zeroed (beyond the broker: ``recover.py``); without, left as the broker
-    leaves them (``LogKind.zeroes_after_cut``)."""
+    """The cut of the commit log where ``scan`` ended: later segments deleted (``truncateDirtyFiles``), and with ``zeroes`` the
+    bytes after it zeroed (beyond the broker; ``LogKind.zeroes_after_cut``)."""
     cl = store.commitlog
     end = scan.end
     actions: list[Action] = []
@@ -286,9 +278,8 @@ class PhaseCounts:
 
 
 def multi_dispatch(store: Store, rules: VersionRules) -> MultiDispatch | None:
-    """The LMQ dispatch of this store, when its broker writes one (``Store.multi_dispatch``, from 4.9.3: rules §3.12), with
-    4.9.3's throw on a record without properties (``Store.no_properties_npe``) and whether it is known on (its throws
-    decided: ``Store.multi_dispatch_on``)."""
+    """The store's LMQ dispatch where its broker writes one (from 4.9.3: rules §3.12), with 4.9.3's throw on a record without
+    properties and whether it is known on (``Store.multi_dispatch_on``)."""
     if not store.multi_dispatch or rules.lmq_rule == NO_MULTI_DISPATCH:
         return None
     return MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule, store.no_properties_npe, store.multi_dispatch_on)
@@ -303,9 +294,8 @@ def reput_notify(store: Store, rules: VersionRules) -> MultiDispatch | None:
 
 
 def refusal(exc: DispatchThrows) -> Refused:
-    """Why no plan is the broker's outcome at a record whose dispatch or reput notify throws (``DispatchThrows``): the
-    broker never gets past it (its load fails, its reput retries it forever); where the store does not tell whether it
-    throws (``undecided``), what decides."""
+    """Why no plan is the broker's outcome at a record whose dispatch or reput notify throws (``DispatchThrows``): the broker
+    never gets past it; where ``undecided``, what decides."""
     if exc.undecided == UNDECIDED_RELEASE:
         return Refused(f"cannot tell which broker version wrote this store (its marks leave E12, 4.9.3-4.9.8, which `mqtool info` "
                        f"shows), and the record at {exc.offset} {exc.why}, where 4.9.4-4.9.8 dispatch it: pass --broker-version with "
@@ -326,9 +316,8 @@ def refusal(exc: DispatchThrows) -> Refused:
 
 
 def way_out(setting: str, then: str) -> str:
-    """``refusal``'s next step past a record whose dispatch (or 4.9.3-4.9.8's reput notify) throws: the broker setting under
-    which it does not throw (``checkMultiDispatchQueue``; ``doReput``'s notify on a master with long polling, @4.9.7, 5.3.3),
-    to run the broker with and give mqtool as ``--broker-config``, or ``salvage``, which reads past the record."""
+    """``refusal``'s next step: the broker setting under which the record does not throw (``checkMultiDispatchQueue``;
+    ``doReput``'s notify, @4.9.7, 5.3.3), given as ``--broker-config``, or ``salvage``, which reads past it."""
     return (f"to get past it, set {setting} in broker.conf (the broker then {then}) and pass it as --broker-config, "
             "or copy the messages out with `mqtool salvage`")
 

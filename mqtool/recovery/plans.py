@@ -1,7 +1,5 @@
-"""A repair plan is data: frozen dataclasses that round-trip through the JSON document docs/recovery.md
-describes field by field ("The plan"). ``actions`` are the file operations ``apply`` performs, in order;
-``inputs`` fingerprints the files read or changed, so a saved plan is refused once any of them changed.
-"""
+"""A plan is data: frozen dataclasses round-tripping through the JSON docs/recovery.md describes. ``actions``: the file operations
+``apply`` performs in order; ``inputs`` fingerprints the files, so a saved plan is refused once they change."""
 
 from __future__ import annotations
 
@@ -48,9 +46,8 @@ class Message:
 
 @dataclass(frozen=True)
 class CommitLogPlan:
-    """Where the valid commit log ends (``valid_end``: the broker's processOffset, the first record
-    that failed ``end_reason``) and what is cut (``[zero_from, zero_to)`` of ``cut_segment`` zeroed,
-    ``delete_segments`` removed)."""
+    """Where the valid commit log ends (``valid_end``, ``end_reason``) and what is cut (``[zero_from, zero_to)`` of
+    ``cut_segment`` zeroed, ``delete_segments`` removed)."""
 
     min_offset: int
     end_of_files: int
@@ -138,9 +135,8 @@ class QueueFile:
 
 @dataclass(frozen=True)
 class MisplacedEntry:
-    """An entry the dispatch writes at its queue's write position ``queue_offset``, not at its record's QUEUEOFFSET
-    ``record_queue_offset`` (``putMessagePositionInfo`` only logs "[BUG]logic queue order maybe wrong", reference §5.10):
-    records of the queue before it have no entry, or are gone. ``offset``: the record's."""
+    """An entry written at its queue's write position, not its record's QUEUEOFFSET (``putMessagePositionInfo``, reference §5.10);
+    ``offset``: the record's."""
 
     queue_offset: int
     offset: int

@@ -1,14 +1,6 @@
-"""One consume queue through the broker's recovery, simulated on its files without writing: which
-bytes the broker's in-memory queue holds after each step, so the plan writes files holding exactly
-those (zeroing what the broker only cut in memory). Steps, in broker order:
-
-1. ``recover``: ``ConsumeQueue.recover`` from the third-from-last file (§5.7), then
-   ``truncateDirtyFiles`` of the queue (files after the end deleted, §8.9);
-2. ``place``: ``putMessagePositionInfo`` of dispatched records (§5.10, ``dispatch.placement.place_units``);
-3. ``truncate``: ``truncateDirtyLogicFiles(phyOffset)`` (§5.8): it re-reads the last file from
-   unit 0, so stale units past the write position that still point below the cut come back;
-4. ``min_offset``: ``correctMinOffset(commitLog.minOffset)`` (§5.9), for the report.
-"""
+"""One consume queue through the broker's recovery, simulated without writing, in broker order: ``recover`` (§5.7, §8.9),
+``place`` (``putMessagePositionInfo``, §5.10), ``truncate`` (``truncateDirtyLogicFiles``, §5.8: stale units below the cut come
+back), ``min_offset`` (``correctMinOffset``, §5.9). The plan writes files holding exactly the broker's bytes."""
 
 from __future__ import annotations
 
@@ -93,10 +85,8 @@ class QueueSim:
 
     @classmethod
     def of_store(cls, store: "Store", topic: str, queue_id: int, *, rules: VersionRules) -> "QueueSim":
-        """A queue the dispatch creates, in ``consumequeue/<topic>/<queue id>`` as the broker joins the path
-        (``ConsumeQueue``: storePath + separator + topic + separator + queueId). Refused for a name that is
-        not one directory there (a record's topic, or an LMQ queue of 4.9.3-5.1.1, which do not skip names
-        holding "/", rules §3.12): the broker would write beside another queue's files or outside the store."""
+        """A queue the dispatch creates in ``consumequeue/<topic>/<queue id>`` (``ConsumeQueue``'s path); refused for a name that
+        is not one directory there (rules §3.12): the broker would write beside another queue or outside the store."""
         if not topic or "/" in topic or "\0" in topic or topic in (".", ".."):
             raise Refused(f"the broker would write queue {topic!r} {queue_id} at consumequeue/{topic}/{queue_id}, which is not a queue "
                           f"directory of its own (the name is empty, a dot directory or holds '/'); mqtool does not write there")
@@ -192,9 +182,8 @@ class QueueSim:
                 and all(p.stat().st_size == self.file_size for p in self.original.values()) and self._nonzero_units_from(0) == self.added + self.fillers)
 
     def _prune(self) -> None:
-        """Keep placed units only where later steps read them, the first file (min offset) and the
-        last (the truncate walk), or every file's with ``keep_placed``, in SPILL in placing order (a
-        later run wins), so a queue holds at most ``PRUNE_EVERY`` placed units in memory."""
+        """Keep placed units only where later steps read them (first and last file, or all with ``keep_placed``), spilled in
+        placing order, so a queue holds at most ``PRUNE_EVERY`` placed units in memory."""
         keep = sorted(self.files) if self.keep_placed else sorted({min(self.files), max(self.files)})
         kept = [part for chunk in self._chunks for base in keep for part in [_clip(chunk, base, base + self.file_size)] if part is not None]
         self._spilled += [(start, SPILL.put(phys, size), len(phys)) for start, phys, size in kept]  # in placing order
@@ -226,9 +215,8 @@ class QueueSim:
         return phys, size
 
     def truncate(self, phy_offset: int) -> None:
-        """``truncateDirtyLogicFiles(phyOffset)``: maxPhysicOffset starts at ``phyOffset`` and
-        follows each kept unit's offset + size from 4.5.0; up to 4.4.0 it starts at
-        ``phyOffset - 1`` and follows each unit's offset (rules §3.5)."""
+        """``truncateDirtyLogicFiles(phyOffset)``: from 4.5.0 maxPhysicOffset follows offset + size from ``phyOffset``; up to
+        4.4.0 offset alone from ``phyOffset - 1`` (rules §3.5)."""
         before = self.state[S_WRITE]
         self.state[S_MAX_PHYS] = phy_offset if self.dedup_by_end else phy_offset - 1
         while self.files:
@@ -300,10 +288,8 @@ class QueueSim:
         return min(starts) if starts else None
 
     def units_in(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """(phys, size) of the units the broker's queue serves at logical ``[lo, hi)`` after every step,
-        clipped to ``[0, end)``: a placed unit where one was placed (the last placed wins), else the
-        original file's, zeros in a deleted file. Complete only with ``keep_placed`` (else the placed
-        units of the files between the first and the last are pruned once ``PRUNE_EVERY`` is passed)."""
+        """(phys, size) of the units the queue serves at ``[lo, hi)`` after every step: the last placed unit, else the original
+        file's, zeros in a deleted file. Complete only with ``keep_placed``."""
         lo, hi = max(lo - lo % ENTRY, 0), min(hi, self.end)
         phys, size = np.zeros(max(hi - lo, 0) // ENTRY, dtype=np.int64), np.zeros(max(hi - lo, 0) // ENTRY, dtype=np.int64)
         for base in range(lo - lo % self.file_size, hi, self.file_size):

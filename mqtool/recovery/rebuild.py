@@ -1,6 +1,5 @@
-"""Plans for ``rebuild-cq`` and ``rebuild-index``: consume queue or index files regenerated from the commit
-log as the broker's reput and ``IndexService.buildIndex`` write missing ones (reference §5.10, §6.5-§6.8, §8.12).
-"""
+"""Plans for ``rebuild-cq`` and ``rebuild-index``: files regenerated from the commit log as the broker's reput and
+``IndexService.buildIndex`` write them (reference §5.10, §6.5-§6.8, §8.12)."""
 
 from __future__ import annotations
 
@@ -33,11 +32,9 @@ from .sharedscans import SharedScans, scan_phase, topic_table
 
 
 class RebuildScan:
-    """The dispatch both rebuilds write: every record the broker serves from the first segment to the
-    valid end its recovery would find (§8.3), with the reput's rules (``ReputMessageService``, §8.12).
-    Before the recovery's start the walk resumes past an unreadable record (the ``served`` discipline);
-    DLedger data goes on past damage DLedger's recovery keeps (``CommitLog.resume_after_damage``).
-    ``end``, ``skipped`` and ``records`` are set once iterated; ``cache`` keeps the batches for an apply."""
+    """The dispatch both rebuilds write: every record the broker serves up to the valid end its recovery finds (§8.3), with the
+    reput's rules (§8.12). ``end``, ``skipped`` and ``records`` are set once iterated; ``cache`` keeps the batches for an apply.
+    """
 
     def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool, scans: SharedScans | None = None,
                  start: int | None = None, cache: DispatchCache | None = None):
@@ -172,13 +169,9 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
 
 
 def _not_rebuilt(store: Store, old: list) -> tuple[list[Action], list]:
-    """The entries of ``index/`` besides the index files the rebuild replaces (``old``): a ``quarantine`` action for each it
-    moves into the backup (``restore`` puts it back), so that the folder then holds what ``IndexService.load`` loads, the
-    rebuilt files alone (a stray temporary file, a file whose name ``Long.parseLong`` rejects, which the load skips; an
-    entry named by a number that it opens as an index file; an index file after an entry the load stops at, which mqtool
-    does not read as one, ``index.list_index_files``); and the ``Store.index_strays`` it leaves: a directory whose name the
-    load skips (a mount's lost+found) and a dangling symlink named as a file of its folder (``StrayEntry.unmounted``: a disk
-    not mounted, which no mqtool command moves out)."""
+    """The entries of ``index/`` besides the replaced files (``old``): a ``quarantine`` for each that would make the folder hold
+    more than the rebuilt files for ``IndexService.load``, and the ``Store.index_strays`` it leaves (lost+found, unmounted links).
+    """
     folder = store.path("index")
     strays = {entry.path.name: (entry, size, later) for entry, size, later in store.index_strays}
     replaced = {f.path.name for f in old}
@@ -201,10 +194,8 @@ def _not_rebuilt(store: Store, old: list) -> tuple[list[Action], list]:
 
 
 def _left_out(store: Store, left: list, names: list[str]) -> list[str]:
-    """The note of the first entry of index/ the rebuild leaves (``_not_rebuilt``) that the broker of some era of the store's
-    (3.2.6-5.0.0, ``mappedfile.load_effect``) stops ``IndexService.load`` at, so that it starts without the rebuild's files
-    sorting after it (``names``: written or left as they are), or none: ``DefaultMessageStore.load`` ignores the load's false
-    (@4.0.0, 4.9.7, 5.0.0)."""
+    """The note of the first entry of index/ the rebuild leaves that some era's ``IndexService.load`` stops at (3.2.6-5.0.0,
+    ``mappedfile.load_effect``), so it starts without the later files ``names``; or none."""
     for entry, size, _ in left:
         later = sum(name > entry.path.name for name in names)
         if (eras := stray_effects(store.version_guess.eras, entry, size, later, INDEX_SERVICE).get(LEFT_OUT)):
@@ -214,12 +205,9 @@ def _left_out(store: Store, left: list, names: list[str]) -> list[str]:
 
 
 class ComparedIndex(IndexPlacement):
-    """``IndexPlacement`` placing every slot and entry as ``apply.writers.IndexWriterService`` writes them, writing nothing but
-    comparing each file's bytes with the file of its name on disk (``originals``: the files the rebuild replaces, whose names
-    it takes in order): entries as they are placed, then the header, the slot table and the zeros around the entries, each
-    byte read once (``OriginalFiles``); ``same`` names the files that already hold every byte the rebuild would write. A file
-    with nothing to compare with, or from where it differs, is only counted (``dry``: its header but for the used slots, which
-    no plan reads), as ``IndexPlacement`` does."""
+    """``IndexPlacement`` as ``apply.writers.IndexWriterService`` writes, comparing each file's bytes with ``originals`` instead
+    of writing; ``same`` names the files that already hold them. A file with nothing to compare with, or differing, is only
+    counted."""
 
     dry = False
 
@@ -271,9 +259,8 @@ REPLACED = "replaced by the rebuild"
 
 
 def _rebuilt_index(store: Store, old: list, writer: ComparedIndex, indexed_from: int) -> tuple[IndexPlan, list[Action]]:
-    """The index part of a rebuild's plan: the rebuilt files, each under the name of the file it replaces (``ComparedIndex``),
-    left as it is where that already holds its bytes, else rewritten (backed up), then created after the last; the files
-    past the rebuild's last deleted."""
+    """The index part of a rebuild's plan: each rebuilt file under the name it replaces, unchanged where it holds its bytes, else
+    rewritten, then created; the files past the last deleted."""
     slots, num = geometry(store)
     writer.close()
     files, actions = [], []
@@ -301,9 +288,8 @@ def unchanged_note(what: str, unchanged: int, total: int, empty: bool) -> list[s
 
 def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None,
                                    scans: SharedScans | None = None) -> Plan:
-    """Regenerate every index file as ``IndexService.buildIndex`` builds them over ``RebuildScan``, leaving alone the files that
-    already hold the rebuilt bytes (``ComparedIndex``); the checkpoint's indexMsgTimestamp becomes the end time of the last file
-    that filled (0: none)."""
+    """Regenerate every index file (``IndexService.buildIndex`` over ``RebuildScan``), leaving alone files that already hold the
+    bytes; indexMsgTimestamp becomes the end time of the last full file (0: none)."""
     store.path()
     version, source = store_version(store)
     rules = VersionRules(version)

@@ -1,9 +1,6 @@
-"""Plans for ``recover`` and ``truncate-dirty`` (docs/recovery.md): what ``DefaultMessageStore.load`` +
-``recover`` + ``start``'s reput would do, per version (reference §8.2-§8.12), one step after the other
-over a ``logkinds.RecoveryRun``, asking the ``logkinds.LogKind`` what the DLedger log (§15.4) does
-differently. Unlike the broker, the plan zeroes the bytes it cuts from a classic commit log, so the next scan cannot read them
-back; DLedger's data ``recover`` leaves as ``DLedgerMmapFileStore.recover`` does (``LogKind.zeroes_after_cut``).
-"""
+"""Plans for ``recover`` and ``truncate-dirty`` (docs/recovery.md): ``DefaultMessageStore.load`` + ``recover`` + the start's reput
+per version (reference §8.2-§8.12) over a ``logkinds.RecoveryRun``. Unlike the broker, the plan zeroes the bytes it cuts from a
+classic commit log (``LogKind.zeroes_after_cut``)."""
 
 from __future__ import annotations
 
@@ -32,11 +29,9 @@ if TYPE_CHECKING:
 def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(), *, command: str = "recover", with_crc: bool = False,
                              cache: DispatchCache | None = None, walked: WalkedChain | None = None, scans: SharedScans | None = None,
                              sims_out: dict | None = None) -> Plan:
-    """The broker's load + recovery + start-up reput under the one version the store is read as
-    (``planners.plan_recover`` plans under every candidate). ``cache`` keeps the batches for an apply;
-    ``walked`` is shown the scan's rows where it checks the CRC (``walkedchain``); ``scans``: the
-    candidates' shared scans (``sharedscans.py``); ``sims_out`` is given every queue's simulation after
-    the recovery, (topic, queue id) -> ``QueueSim`` (``planners.recovered_queues``)."""
+    """The broker's load + recovery + start-up reput under the one version the store is read as. ``cache`` keeps batches for an
+    apply; ``walked``, ``scans`` and ``sims_out`` (the queues after recovery) serve ``walkedchain``, ``sharedscans`` and planners.
+    """
     version, source = store_version(store)
     unwritable_checkpoint(store)
     run = RecoveryRun(store, options, command, cache, walked, scans, version, source, VersionRules(version),

@@ -1,10 +1,6 @@
-"""``repair``: the broker's recovery, then the fixes the broker never makes (issue #11 §5; docs/recovery.md).
-
-In order: 1. file-level fixes the broker cannot load past (``MappedFileQueue.load``; a stray ``index/``
-file stays: ``IndexService.load`` skips a name that is not a number); 2. the broker's recovery
-(``plan_recover``), unchanged; 3. planned on the recovered store from ``verify``'s findings: queue and
-index rebuilds, the checkpoint, ``config/*.json`` from its ``.bak``, the abort file. Nothing here writes.
-"""
+"""``repair``: the broker's recovery, then the fixes the broker never makes (issue #11 §5; docs/recovery.md). In order: file-level
+fixes the broker cannot load past (``MappedFileQueue.load``), the broker's recovery (``plan_recover``), then steps planned from
+``verify``'s findings on the recovered store. Nothing here writes."""
 
 from __future__ import annotations
 
@@ -108,10 +104,8 @@ def config_readings(store: Store | None) -> set[bool]:
 
 def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size: int | None = None,
                     readings: set[bool] | None = None) -> tuple[list[RepairStep], Plan | None]:
-    """Stray files and files of the wrong length the broker refuses, from the directory listings alone
-    (the store model cannot open a store holding them). A zero-length last segment is quarantined unless
-    ``store`` is from eras that all start on it (rules §2.13). Without ``store``, ``timer_log_file_size`` is broker.conf's
-    ``mappedFileSizeTimerLog`` (``StoreConfig``; None: no broker.conf) and ``readings`` ``config_readings``'s."""
+    """Stray files and files of the wrong length the broker refuses, from the directory listings alone (rules §2.13). Without
+    ``store``: ``timer_log_file_size`` from broker.conf (None: none) and ``readings`` as ``config_readings``'s."""
     root = Path(root)
     steps: list[RepairStep] = []
     actions: list[Action] = []
@@ -227,10 +221,8 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
 
 
 def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
-    """``(name, what it is, what the broker does)`` of each single file the broker opens by name that it cannot use
-    (``nextstart.unusable``: a directory or socket; one it maps, a FIFO or device node too): the checkpoint
-    (``nextstart.checkpoint_refusal``; the recovery then writes a new one), ``nextstart.OPENED_FIRST``'s, ``abort``, and a
-    ``config/*.json`` or its ``.bak`` (``store.NOT_A_FILE``, ``store.A_SOCKET_CONFIG``, ``store.A_FIFO``, ``store.A_DEVICE_CONFIG``)."""
+    """``(name, what it is, what the broker does)`` of each single file the broker opens by name and cannot use
+    (``nextstart.unusable``): the checkpoint, ``nextstart.OPENED_FIRST``'s, ``abort``, ``config/*.json`` and its ``.bak``."""
     if (found := unusable(root / "checkpoint", "checkpoint")) is not None:
         yield "checkpoint", found[0], f"StoreCheckpoint cannot {found[1]} it and DefaultMessageStore.load fails (every release)"
     what = not_a_file(root / "abort")
@@ -283,18 +275,16 @@ def _size_from_name(path: Path, size: int) -> int:
 
 
 def _size_dividing_names(bases: list[int], inferred: int, smallest: int) -> int:
-    """``inferred`` (the most common size), unless it does not divide every file's name: then every
-    size was cut or grown, and the size is the largest power of two dividing every name
-    (``_size_from_name``), if the smallest file is not twice that or more (else a misnamed file)."""
+    """``inferred`` unless it does not divide every file's name; then the largest power of two dividing every name
+    (``_size_from_name``), if the smallest file is less than twice that (else a misnamed file)."""
     named = functools.reduce(operator.or_, bases, 0)
     power = named & -named
     return power if named and any(b % inferred for b in bases) and 2 * power > smallest else inferred
 
 
 def _dledger_index_size(path: Path, size: int) -> int:
-    """The size of a lone DLedger index file: its own if a whole number of units; else the largest
-    power of two below it when the unit before that is unwritten (bytes were appended), else DLedger's
-    default (``DLedgerConfig.mappedFileSizeForEntryIndex``: it was cut)."""
+    """A lone DLedger index file's size: its own if a whole number of units; else the power of two below it when the unit before
+    is unwritten, else ``DLedgerConfig.mappedFileSizeForEntryIndex``."""
     from ..formats import dledger as dfmt
     from ..store.dledger import DLEDGER_INDEX_FILE_SIZE  # only for a DLedger store
 
@@ -310,12 +300,8 @@ def _dledger_index_size(path: Path, size: int) -> int:
 
 
 def _stray_links_and_dirs(root: Path, directory: Path, what: str, store: Store | None, quarantine) -> tuple[list, list]:
-    """Quarantine each directory or symlink in a mapped file queue folder (``mappedfile.stray_entries``) that
-    the broker of some era the store may be from (any, without ``store``) refuses to start on or loads
-    otherwise than mqtool reads the folder (``mappedfile.load_effect``, rules §2.13); a file of another name
-    is the caller's. The file size the broker compares with is of no matter but for an entry as long as a file.
-    Returns the folder's listing (``folder_entries``). A file of the folder that is a dangling symlink (``StrayEntry.unmounted``)
-    is refused (exit 4): its bytes may be on a disk not mounted, and moved out, the broker would write new data at its offset."""
+    """Quarantine each directory or symlink in a mapped file queue folder the broker of some era refuses or loads otherwise
+    (``mappedfile.load_effect``, rules §2.13); a dangling symlink file is refused (exit 4). Returns ``folder_entries``."""
     if not directory.is_dir():
         return [], []
     files, listed = folder_entries(directory)  # one listing
@@ -336,10 +322,9 @@ def _stray_links_and_dirs(root: Path, directory: Path, what: str, store: Store |
 
 
 def _index_strays(root: Path, store: Store | None, quarantine) -> None:
-    """Quarantine each entry of ``index/`` that ``IndexService.load`` cannot map (a directory or dangling symlink
-    named by a number, ``index.index_strays``) where the broker of some era the store may be from (any, without
-    ``store``) refuses to start on it or leaves the later index files out (``mappedfile.load_effect``); an entry
-    whose name ``Long.parseLong`` rejects every release skips, and it stays."""
+    """Quarantine each entry of ``index/`` that ``IndexService.load`` cannot map where some era refuses to start on it or leaves
+    later index files out (``mappedfile.load_effect``); a name ``Long.parseLong`` rejects is skipped by every release and stays.
+    """
     eras = store.version_guess.eras if store is not None else ERAS
     for entry, file_size, later in index_strays(root / "index"):
         effects = stray_effects(eras, entry, file_size, later, INDEX_SERVICE)
@@ -353,9 +338,8 @@ def _index_strays(root: Path, store: Store | None, quarantine) -> None:
 
 
 def _topic_strays(root: Path, store: Store | None, quarantine) -> None:
-    """Quarantine each entry of a topic's folder under ``consumequeue/`` named by no queue id (``consumequeue.topic_strays``)
-    where the broker of some era the store may be from (any, without ``store``) refuses to start on it: 3.2.6's
-    ``loadConsumeQueue`` throws on its name (``mappedfile.load_effect``); 4.0.0+ skip it, and it stays."""
+    """Quarantine each entry of a topic's ``consumequeue/`` folder named by no queue id where some era refuses to start on it
+    (3.2.6's ``loadConsumeQueue`` throws; 4.0.0+ skip it, and it stays)."""
     eras = store.version_guess.eras if store is not None else ERAS
     for entry in topic_strays(root / "consumequeue"):
         if stray_differs(stray_effects(eras, entry, None, False, LOAD_CONSUME_QUEUE)):
@@ -367,10 +351,8 @@ def _topic_strays(root: Path, store: Store | None, quarantine) -> None:
 def _queue_file_fixes(root: Path, directory: Path, noun: str, what: str, store: Store | None, quarantine, resize,
                       alone: Callable[[Path, int], int], cut_before_last: Callable[[str, Path, int, int, int], bool] | None = None,
                       cut_last: Callable[[str, Path, int, int, int], bool] | None = None, known_size: int | None = None) -> None:
-    """``plan_file_fixes`` of one mapped file queue (``MappedFileQueue.load`` parses every file name as an
-    offset and refuses a file of the wrong length). ``known_size``: the files' size where known, else ``alone``, the
-    expected size of a lone file, or the files' most common; ``cut_before_last(rel, path, base, size, expected)``
-    (``cut_last``: of the last file) plans the fix of a short file, or returns False for the padding with zeros."""
+    """``plan_file_fixes`` of one mapped file queue (``MappedFileQueue.load``). ``known_size``, else ``alone`` (a lone file's
+    size) or the most common; ``cut_before_last``/``cut_last`` plan a short file's fix or return False for zero padding."""
     files, strays = _stray_links_and_dirs(root, directory, what, store, quarantine)
     segments = []
     for entry in _files(directory, linked_files=True):
@@ -415,14 +397,9 @@ QUEUE_CUT_NOTES = {"fill-units": "filler units for entries into the bytes the cu
 
 @dataclass(frozen=True)
 class CutSegment:
-    """A short commit log segment before the last (``_cut_segment_end``): ``blank``, where the record the
-    cut crosses starts; ``entries``, the queue entries into [``blank``, segment end) as ``(topic, queue id,
-    first, end)``, ``unit_ranges`` their units as ``(file, start, end, op)``; ``unread``: why the queues
-    could not be read. The fillers are ``(base, 2147483647, 0)`` (``cqfmt.filler_at``): the base compares
-    with segment-aligned offsets as the lost entries did, so ``deleteExpiredFileByOffset`` and
-    ``ConsumeQueue.correctMinOffset`` keep a queue file while its messages are in the log, and
-    ``MappedFile.selectMappedBuffer(0, 2147483647)`` returns null at a segment's start (``getMessage``
-    rolls on) where a later position overflows ``pos + size`` and throws."""
+    """A short commit log segment before the last (``_cut_segment_end``): ``blank`` where the cut record starts, the queue
+    ``entries`` into the lost bytes and their ``unit_ranges``; ``unread``: why the queues could not be read. Fillers are ``(base,
+    2147483647, 0)`` so the broker's clean-up keeps the queue file and ``getMessage`` rolls on."""
 
     base: int
     blank: int
@@ -460,11 +437,8 @@ class CutSegment:
 
 
 def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size: int) -> CutSegment | None:
-    """Where an end-of-file blank goes in a short commit log segment before the last so the log goes on
-    into the next segment, if its records (``segments.analyze_segment``) reach the cut. Padded with zeros
-    only, recovery would stop there and ``truncateDirtyFiles`` delete every later file; at a blank every
-    era's recovery and ``doReput`` roll to the next file (rules §1.1, §1.12, §1.17). None: other damage
-    ends the records first, or the segment's own blank is whole."""
+    """Where an end-of-file blank goes in a short segment before the last, so recovery and ``doReput`` roll to the next file
+    rather than stop at zeros (rules §1.1, §1.12, §1.17). None: other damage ends the records first, or its own blank is whole."""
     from ..formats import commitlog as clfmt
     from ..store import fastscan as fs
     from ..store.segments import SegmentTask, analyze_segment
@@ -485,12 +459,8 @@ def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size:
 
 
 def _cut_wheel_slots(listing: TimerLogListing, walked: WalkedTimer) -> list[int]:
-    """The ``timerwheel`` slots the broker reads (``WheelSlot.is_read``) whose units all lie past the units of a short last timer
-    log file (a unit the cut crosses ends them), or past a damaged unit, where ``recoverAndRevise`` truncates the log: either
-    way past ``_walked_timer``'s end. The broker's ``recover`` revises the slots of the units it
-    walks (``checkPhyPos``, ``recoverAndRevise``), not these, and ``reviseQueueOffset`` enqueues their messages again from the
-    rmq_sys_wheel_timer queue: each new unit goes where its old one was, after its slot's ``lastPos``, itself (5.0.0-5.3.3).
-    A slot read already (``RecoveredWheel.reads``) the broker never reads again: left as it is."""
+    """The read ``timerwheel`` slots whose units all lie past ``_walked_timer``'s end (a cut or damaged last file), which
+    ``recover`` never revises and ``reviseQueueOffset`` re-enqueues onto themselves (5.0.0-5.3.3); slots already read stay."""
     size = listing.files[-1][1].stat().st_size
     if walked.end.clean and not (listing.file_size and 0 < size < listing.file_size):  # a whole log, ending well
         return []
@@ -498,10 +468,8 @@ def _cut_wheel_slots(listing: TimerLogListing, walked: WalkedTimer) -> list[int]
 
 
 def _tail_wheel_slots(tails: list[tuple[int, int]], walked: WalkedTimer) -> list[int]:
-    """The ``timerwheel`` slots the broker reads whose first and last positions both lie in one of ``tails``, the cut tails of
-    timer log files before the last that ``end_timer_file`` pads with a blank. No unit of their time is left to walk, so
-    ``recoverAndRevise`` never revises them, nor ``checkPhyPos`` (their lastPos lies before the log's end); ``dequeue`` reads
-    the blank or zeros there as a unit whose prevPos is 0 and goes on at unit 0 (5.0.0-5.3.3); not one read already."""
+    """The read ``timerwheel`` slots whose first and last units lie in one of ``tails`` (cut files before the last): nothing
+    revises them and ``dequeue`` follows the blank's prevPos 0 back to unit 0 (5.0.0-5.3.3)."""
     return [s.slot for s in walked.read if walked.wheel.reads(s) and any(a <= s.first_pos <= s.last_pos < b for a, b in tails)]
 
 
@@ -534,11 +502,8 @@ def _walked_timer(root: Path, listing: TimerLogListing) -> WalkedTimer | None:
 
 
 def _relinked_slots(listing: TimerLogListing, cleared: set[int], walked: WalkedTimer) -> list[tuple[int, list[Action]]]:
-    """The wheel slots the broker's dequeue is still to read, but those ``cleared``, whose chain of units, once the file
-    fixes have padded the timer log, stays broken past the broker's start (``recovered_wheel``, ``chain_break``: a lastPos
-    or a prevPos naming a cut tail's blank or zeros, or where the last file's re-enqueued units go), each with its
-    ``write-int64`` actions: lastPos and a lost firstPos the slot's last and first unit left, each broken prevPos the unit
-    of its time before it (-1 for the first) (``_walked_timer``)."""
+    """The slots (but ``cleared``) whose chain stays broken past the broker's start once the timer log is padded
+    (``recovered_wheel``, ``chain_break``), each with the ``write-int64`` actions relinking lastPos, firstPos and prevPos."""
     units, start, read, wheel, _ = walked
     own, last = wheel.own, wheel.last_pos
 
@@ -565,10 +530,8 @@ def _relinked_slots(listing: TimerLogListing, cleared: set[int], walked: WalkedT
 
 
 def _timer_log_blank(path: Path, base: int, file_size: int) -> int | None:
-    """Where an end-of-file blank (``TimerLog.append``'s) goes in a short timer log file before the last: at the unit the cut
-    crosses, or at the cut on a unit boundary, where the file's units (``TimerLog.walk``) reach it. At a blank unit
-    ``TimerMessageStore.recoverAndRevise`` (5.0.0-5.3.3) goes on to the next file; at zeros it stops, and its
-    ``truncateDirtyFiles`` deletes every later file. None: the file's own blank is whole, or damage ends its units first."""
+    """Where an end-of-file blank goes in a short timer log file before the last, so ``recoverAndRevise`` (5.0.0-5.3.3) goes on to
+    the next file. None: the file's own blank is whole, or damage ends its units first."""
     log = TimerLog([(base, path)])
     pos = sum(1 for _ in log.walk()) * tfmt.UNIT_SIZE
     with MappedFile(path) as mf:
@@ -601,9 +564,8 @@ def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str 
 
 
 def _files(directory: Path, *, dirs: bool = False, linked_files: bool = False) -> list[os.DirEntry]:
-    """The files (``dirs``: the directories) in ``directory``, by name; none if it is not a directory. A FIFO,
-    socket or device node is a file here: ``File.listFiles`` lists it, ``File.length`` is 0; ``linked_files``: a symlink to
-    a file too (``File.length`` is its file's: a segment kept on another disk, which ``fileops.install`` writes through)."""
+    """The files (``dirs``: directories) in ``directory`` by name, FIFOs, sockets and devices included (``File.listFiles``);
+    ``linked_files``: symlinks to files too. None if not a directory."""
     def wanted(e: os.DirEntry) -> bool:
         if dirs:
             return e.is_dir(follow_symlinks=False)
@@ -683,9 +645,8 @@ class _LostData:
         return offset is not None and any(a <= offset < b for a, b in self.ranges)
 
     def _astray(self, findings: list[Finding]) -> set[int]:
-        """Of the queues with lost records, the ``cq-entry-missing`` runs whose every queue offset holds an
-        entry pointing where no record starts, or at another queue's record (its offset bytes damaged), with
-        those entries (by ``id``): each record's own entry written there keeps the queue's numbering (``unit_fixes``)."""
+        """Of the queues with lost records, the ``cq-entry-missing`` runs whose every queue offset holds an entry pointing astray,
+        with those entries (by ``id``): writing each record's own entry keeps the numbering (``unit_fixes``)."""
         dangling = {(_queue_of(f), f.details["queue_offset"]): f for f in findings
                     if (f.kind == "cq-entry-dangling" or f.kind == "cq-entry-mismatch" and (f.details or {}).get("field") == "topic/queue")
                     and _queue_of(f) in self.queues and not self.holds(f.offset) and "queue_offset" in (f.details or {})}
@@ -748,10 +709,8 @@ UNIT_FIELDS = {"size": 1, "tags code": 2}  # a ``cq-entry-mismatch`` field: its 
 
 
 def unit_fixes(store: Store, findings: list[Finding]) -> list[Action]:
-    """``fill-units`` for ``Triage.units``: the entry points at its record, so the record's value (as
-    ``ConsumeQueue.putMessagePositionInfo`` writes it) replaces the damaged size or tags code in place;
-    or the entry at a record's QUEUEOFFSET points where no record starts, or at another queue's record,
-    and the record's own entry is written there (``_LostData.mended``)."""
+    """``fill-units`` for ``Triage.units``: the record's size or tags code in place of the damaged one
+    (``putMessagePositionInfo``), or a record's own entry where its queue offset's unit points astray (``_LostData.mended``)."""
     by_unit: dict[tuple[str, int], list[Finding]] = {}
     actions = []
     for f in findings:
@@ -903,10 +862,8 @@ def plan_state_fixes(store: Store, t: Triage) -> Plan | None:
 
 
 def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: Store, last_timestamp: int | None) -> list[Finding]:
-    """The findings of ``verify`` today that the broker's recovery ``recover`` of ``store`` leaves in place; its
-    ``checkpoint-ahead`` judged on the checkpoint the recovery persists (``last_timestamp``: the last valid message's),
-    its ``index-keys-missing`` before the recovery's re-indexing (``_unindexed_after``) and its ``consumer-offset-range``
-    placed against the queues the recovery leaves (``recovered_offset_findings``)."""
+    """``verify``'s findings today that ``recover`` leaves, with ``checkpoint-ahead``, ``index-keys-missing`` and
+    ``consumer-offset-range`` judged on the store as the recovery leaves it."""
     cl = recover.commitlog
     end = cl.valid_end if cl is not None else None
     dropped = {f"index/{f.name}" for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
@@ -964,9 +921,8 @@ def unqueued_findings(store: Store, recover: Plan) -> list[Finding]:
 
 
 def _partly_redispatched(f: Finding, cq_from: int | None, store: Store) -> Finding:
-    """``f``, or of a ``cq-entry-missing`` run the recovery re-dispatches from ``cq_from`` on (its records from there get their
-    entries), a row that says so, in the queue file verify then names (the recovery creates a missing queue's; ``misplaced_findings``
-    gives the rows of the entries it writes)."""
+    """``f``, or for a ``cq-entry-missing`` run the recovery re-dispatches from ``cq_from`` on, a row that says so in the queue
+    file verify then names."""
     d = f.details or {}
     if (f.kind != "cq-entry-missing" or cq_from is None or f.offset is None or "first_queue_offset" not in d or "reput_resumes_at" in d
             or not f.offset < cq_from <= d.get("last_offset", -1)):
@@ -984,13 +940,9 @@ def queue_file(store: Store, topic: str, queue_id: int, queue_offset: int) -> st
 
 
 def misplaced_findings(store: Store, q: QueuePlan, plain_from: int | None = None) -> list[Finding]:
-    """verify's ``cq-entry-mismatch`` rows of the entries the plan of queue ``q`` writes at the queue's write position, not at their
-    record's QUEUEOFFSET (``QueuePlan.misplaced``; ``putMessagePositionInfo`` only logs "[BUG]logic queue order maybe wrong",
-    reference §5.10, ``ConsumeQueue.java`` 4.9.7 and 5.3.3), as ``ConsumeQueueCheck._compare`` judges them: an entry following the
-    queue's previous entry, lost data (``record_damaged``: records of the queue before it are gone, or its field is damaged); but
-    where ``plain_from``, the first record the plan places, has its entry first and the queue's records before it have none (a queue
-    the recovery re-dispatches from its own start on, ``_partly_redispatched``), that run of entries shifted alike is a queue fault
-    a rebuild mends (``QueueCursor.shift``)."""
+    """verify's ``cq-entry-mismatch`` rows of the entries queue plan ``q`` writes at its write position, not their record's
+    QUEUEOFFSET (``putMessagePositionInfo``, reference §5.10): lost data, except a run shifted alike from ``plain_from``, which a
+    rebuild mends (``QueueCursor.shift``)."""
     out, plain, previous = [], False, None
     for m in q.misplaced:
         shift = m.queue_offset - m.record_queue_offset
@@ -1013,10 +965,8 @@ def _replaced(findings: list[Finding], kind: str, which: Callable[[Finding], boo
 
 
 def _unindexed_after(store: Store, recover: Plan, ix_from: int | None) -> list[Finding] | None:
-    """The ``index-keys-missing`` verify reports after ``recover`` for the records before ``ix_from``, where it re-indexes from
-    (None: none), when it deletes index files (``IndexService.load`` after an abnormal exit, newer than indexMsgTimestamp):
-    verify's index check on those records with those files gone (rules §6; the plan's note says their entries are lost).
-    None where it deletes none or re-indexes every record."""
+    """The ``index-keys-missing`` verify reports after ``recover`` deletes index files and re-indexes only from ``ix_from`` (rules
+    §6); None where it deletes none or re-indexes every record."""
     dropped = {f.name for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
     if not dropped or store.unreadable_index is not None or (ix_from is not None and ix_from <= store.commitlog.min_offset):
         return None
@@ -1026,10 +976,8 @@ def _unindexed_after(store: Store, recover: Plan, ix_from: int | None) -> list[F
 
 
 def recovered_offset_findings(store: Store, findings: list[Finding], recover: Plan, *later: Plan) -> list[Finding]:
-    """``findings`` with their ``consumer-offset-range`` ones as verify's check (``consumer_offset_findings``) places the
-    committed offsets against each queue's [min, max] after ``recover`` and then the ``later`` plans (a ``rebuild-cq`` of
-    ``repair``'s), each from its queue plans (a queue left without a file has none), in the place of today's; unchanged
-    where none changes a queue's range."""
+    """``findings`` with their ``consumer-offset-range`` ones placed against each queue's range after ``recover`` and the
+    ``later`` plans (``consumer_offset_findings``); unchanged where no range changes."""
     ranges, unchanged = {}, True
     for q in (q for plan in (recover, *later) for q in plan.queues):
         fates = {f.name: f.action for f in q.files}
@@ -1057,11 +1005,8 @@ def _units_fixed(f: Finding, recover: Plan) -> bool:
 
 
 def settled_checks(store: Store, recover: Plan) -> frozenset[str]:
-    """The cross checks (``cq``, ``index``) all of whose findings today ``recover`` removes, so
-    ``verify_after`` need not run them: ``cq`` when there is no consume queue and every record is
-    re-dispatched; ``index`` when no index file is kept, every record is re-indexed and index/ holds no entry
-    that is no index file (verify's ``index-stray-entry``, which no recovery removes). None on a DLedger store or one
-    with LMQ queues."""
+    """The cross checks (``cq``, ``index``) whose every finding today ``recover`` removes, so ``verify_after`` skips them. None on
+    a DLedger store or one with LMQ queues."""
     if not _only_plain_queues(store):
         return frozenset()
     clmin = store.commitlog.min_offset
@@ -1091,9 +1036,8 @@ LOCAL_CHECKS = tuple(c for c in CHECKS if c not in CROSS_CHECKS)
 
 
 def verify_after(store: Store, recover: Plan, *, every_check: bool = False) -> list[Expected]:
-    """What ``verify`` will still report after ``recover``, each finding marked lost data or the
-    ``repair`` step that fixes it. The costly cq and index checks run only when some of their
-    findings could remain (``settled_checks``) or ``every_check``."""
+    """What ``verify`` will still report after ``recover``, each marked lost data or with the ``repair`` step that fixes it; the
+    cq and index checks run only where needed (``settled_checks``) or with ``every_check``."""
     settled = frozenset() if every_check else settled_checks(store, recover)
     return _expected_after(verify_findings(store, tuple(c for c in CHECKS if c not in settled)), recover, store)
 
@@ -1116,10 +1060,8 @@ def _expected_after(verified: tuple[list[Finding], Verification], recover: Plan,
 
 
 def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None], Plan], *, before_verify: Callable[[], None] | None = None) -> Plan:
-    """``make_plan(walked)`` (a recovery plan of ``store``) with its ``verify_after``. When the cross
-    checks may settle (no consume queue), the plan's scan keeps what verify's commit log check would
-    find (``walkedchain.WalkedChain``), and if the plan settles them, verify's other checks walk on
-    from where that scan stopped; the result is the same. ``before_verify`` runs before verify."""
+    """``make_plan(walked)`` with its ``verify_after``; where the cross checks may settle, verify walks on from where the plan's
+    scan stopped (``walkedchain.WalkedChain``). ``before_verify`` runs before verify."""
     try:
         may_settle = not store.consume_queues and _only_plain_queues(store)
     except Exception:  # noqa: BLE001 - a part it reads cannot be read (the plan reports it)
@@ -1135,10 +1077,8 @@ def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None
 
 
 def file_fix_steps(findings: list[Finding], steps: list[RepairStep], files: Plan | None) -> dict[int, str]:
-    """``id`` -> step of each of ``findings`` the file fixes (``plan_file_fixes``'s ``steps`` and ``files``) remove: of a file
-    they change; a config file that is missing, whose unusable .bak they move out (``ConfigManager.loadBak`` then reads no
-    .bak and returns true: ``verify.state.config_findings`` reports nothing); the timer wheel's length (``_wheel_fix``);
-    entries into a cut segment; wheel slots cleared or relinked."""
+    """``id`` -> step of each of ``findings`` the file fixes (``steps``, ``files``) remove: of a file they change, a missing
+    config whose bad .bak they move (``ConfigManager.loadBak``), the wheel's length, entries into a cut segment, wheel slots."""
     if files is None:
         return {}
     changed, resized = {a.path for a in files.actions}, {(a.path, a.start) for a in files.actions if a.op == "resize"}
@@ -1167,12 +1107,8 @@ def file_fix_steps(findings: list[Finding], steps: list[RepairStep], files: Plan
 
 
 def _left_by_file_fixes(store: Store, findings: list[Finding], fixed: dict[int, str], files: Plan | None) -> list[Finding]:
-    """``findings`` once the file fixes (``files``; ``fixed``: ``file_fix_steps``) are applied: those they fix go, and in the
-    place of a config FIFO they move out, what verify's config check reports with every config file they move out gone
-    (``config_file_findings`` ``without`` them): a passed-over file the FIFO hid, as the file beside a FIFO .bak, the broker
-    then reading no .bak and starting with an empty table (``ConfigManager.loadBak``); nothing where its .bak, which the
-    FIFO file hid (``file2String`` waits in the file's open), is moved out too. Not in ``recover``'s table, which says what
-    verify reports after the recovery alone."""
+    """``findings`` once the file fixes are applied: those they fix go; a moved config FIFO gives way to what verify's config
+    check reports without the moved files (``ConfigManager.loadBak``). Not in ``recover``'s table."""
     moved = frozenset(a.path for a in files.actions if a.op == "quarantine") if files is not None else frozenset()
 
     def after(f: Finding) -> list[Finding]:
@@ -1186,10 +1122,8 @@ def _left_by_file_fixes(store: Store, findings: list[Finding], fixed: dict[int, 
 
 
 def start_after_recovery(store: Store, recover: Plan) -> ScanStart | None:
-    """Where the broker's start after ``recover`` scans from, when ``recover`` is an abnormal recovery that removes the abort
-    file of a 3.2.6-5.3.1 classic store: its normal recovery from the third-last segment of those ``recover`` leaves
-    (``startfile.recovery_start``), which may lie before the segment ``recover`` scanned from. None otherwise (5.3.2+ start from
-    the consume queues' max offset, which the recovery's re-dispatch leaves in its own range)."""
+    """Where the broker's next start after ``recover`` scans from, for an abnormal recovery that removes the abort file of a
+    3.2.6-5.3.1 classic store (``startfile.recovery_start``); None otherwise."""
     cl = recover.commitlog
     if cl is None or recover.mode != "abnormal" or not recover.remove_abort or store.is_dledger or store.rules.normal_start_from_cq_max:
         return None
@@ -1198,9 +1132,8 @@ def start_after_recovery(store: Store, recover: Plan) -> ScanStart | None:
 
 
 def next_start_cut(store: Store, recover: Plan, findings: list[Finding], start: ScanStart | None) -> tuple[ScanStart, ScanEnd] | None:
-    """(start, end) of the broker's start after ``recover`` (``start``: ``start_after_recovery``) where it reads damage ``recover``
-    does not and ends the log there, before ``recover``'s valid end (``summary.logical_end``, the next start's walk); else None.
-    Walked only where verify's ``findings`` today have damage between that start and ``recover``'s."""
+    """(start, end) where the broker's start after ``recover`` ends the log at damage before ``recover``'s valid end
+    (``summary.logical_end``); walked only where ``findings`` have damage between the two starts. Else None."""
     if start is None or not any(f.kind in LOST_KINDS and f.offset is not None and start.offset <= f.offset < recover.commitlog.scan_from
                                 for f in findings):
         return None
@@ -1209,9 +1142,8 @@ def next_start_cut(store: Store, recover: Plan, findings: list[Finding], start: 
 
 
 def cut_marked(findings: list[Finding], cut: tuple[ScanStart, ScanEnd] | None) -> list[Finding]:
-    """``findings`` with the damage where the start after the recovery ends the log (``next_start_cut``) marked as verify marks
-    it after the recovery (``cut_by_next_start``): ``triage`` then takes every record after it for lost, and a queue with a row
-    there for a queue of lost data, which no rebuild renumbers (``_LostData``), as ``repair`` does once the recovery is applied."""
+    """``findings`` with the damage where the next start ends the log marked ``cut_by_next_start``, as verify marks it after the
+    recovery, so ``triage`` takes every later record for lost."""
     if cut is None:
         return findings
     return [dataclasses.replace(f, details={**(f.details or {}), "cut_by_next_start": True})
@@ -1219,9 +1151,8 @@ def cut_marked(findings: list[Finding], cut: tuple[ScanStart, ScanEnd] | None) -
 
 
 def up_to_cut(store: Store, rows: list[Expected], cut: tuple[ScanStart, ScanEnd] | None) -> list[Expected]:
-    """``rows`` without those at or after the end where the start after the recovery ends the log at damage (``next_start_cut``),
-    then the row that says what the table leaves out there: what verify then finds from that end on (the damage, read now, and
-    the records the start drops)."""
+    """``rows`` before the end where the next start ends the log (``next_start_cut``), then one row for what verify finds from
+    there on."""
     if cut is None:
         return rows
     start, end = cut
@@ -1235,9 +1166,8 @@ def up_to_cut(store: Store, rows: list[Expected], cut: tuple[ScanStart, ScanEnd]
 
 def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep], files: Plan | None, recover: Plan,
                    last_timestamp: int | None, *, repairs: bool = True) -> tuple[list[RepairStep], list[Expected]]:
-    """The steps ``repair`` predicts after the file fixes (``steps``, ``files``) and the recovery ``recover`` of ``store``, from
-    verify's ``findings`` today, and what verify still reports after them (its "will still report" table). Without ``repairs``,
-    ``recover``'s table, of the recovery alone: every finding, those the file fixes or a later step remove marked with that step."""
+    """The steps ``repair`` predicts after the file fixes and ``recover``, and what verify still reports after them. Without
+    ``repairs``: ``recover``'s own table, every finding a later step removes marked with it."""
     start = start_after_recovery(store, recover)
     fixed, cut = file_fix_steps(findings, steps, files), next_start_cut(store, recover, findings, start)
     left = _left_by_file_fixes(store, findings, fixed, files) if repairs else [f for f in findings if id(f) not in fixed]

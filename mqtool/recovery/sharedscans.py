@@ -1,15 +1,6 @@
-"""One command's plans under several candidate versions (``candidates.py``) share their scans.
-
-Where the store does not decide the broker version, a planner runs once per candidate, and the
-candidates mostly scan the same range with the same dispatch settings. ``SharedScans.scanner``
-records a scan's batches (``BatchSpill``: memory stays flat; a batch ``_Ahead`` spilled already is
-kept by its entry) with where and why it ended, and a later scan with the same arguments reads
-them back instead of walking and dispatching the range again: the same bytes with the same
-arguments give the same batches, so each plan is the one a scan of its own gives. The candidates
-number topics into one table (``topics``), so one recording's topic ids serve them all. Past
-``BUDGET`` bytes of spill, or when it cannot be written, scans are walked again. A commit log
-under ``SHARED_MIN_BYTES`` is scanned again each time: a spill costs more than it saves there.
-"""
+"""One command's plans under several candidate versions (``candidates.py``) share their scans: ``SharedScans.scanner`` records a
+scan's batches (``BatchSpill``) and a later scan with the same arguments reads them back, giving the same plan. Past ``BUDGET``
+bytes of spill, or under ``SHARED_MIN_BYTES`` of commit log, scans are walked again."""
 
 from __future__ import annotations
 
