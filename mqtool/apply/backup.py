@@ -1,9 +1,6 @@
-"""Backups, the apply journal, and ``restore`` (docs/recovery.md, "Backup directory").
-
-Every byte apply overwrites or deletes is in the backup, durably, before it is touched; ``restore``
-undoes the journal in reverse, byte for byte, mtimes included. ``.mqtool-pending`` names the backup
-of an unfinished apply, ``.mqtool-repair`` that of a ``repair`` whose stages are not all applied.
-"""
+"""Backups, the apply journal, and ``restore`` (docs/recovery.md, "Backup directory"): every byte apply overwrites or deletes is
+backed up durably first; ``restore`` undoes the journal in reverse, mtimes included. ``.mqtool-pending`` names an unfinished
+apply's backup, ``.mqtool-repair`` that of a ``repair`` whose stages are not all applied."""
 
 from __future__ import annotations
 
@@ -44,9 +41,8 @@ def staging_path(store_root: Path, final: Path) -> Path:
 
 
 def work_path(store_root: Path, target: Path) -> Path:
-    """Where a whole file that replaces ``target`` is written before ``install`` renames it: the staging
-    directory, or ``beside`` the file when its folder is on another file system (a link to another disk),
-    which no rename from the staging directory reaches (``install`` copies across a mount it cannot tell)."""
+    """Where a whole file replacing ``target`` is written before ``install`` renames it: the staging directory, or beside the file
+    when its folder is on another file system, which no rename reaches."""
     tmp = staging_path(store_root, target)
     makedirs(tmp.parent)
     return tmp if os.stat(tmp.parent).st_dev == os.stat(target.parent).st_dev else beside(target)
@@ -117,9 +113,8 @@ def keep_room(reserve: Path, size: int) -> None:
 
 
 def with_room(reserve: Path, need: int, write: Callable, where: Path | None = None):
-    """``write()``, run again each time the disk refuses it for room (ENOSPC, EDQUOT) while ``reserve``, on ``where``'s file
-    system (the reserve's own by default), gives back ``need`` bytes and a block more: the room ``BackupSet.create`` took
-    before the first change for the backup's own records, which a store filling the same disk meanwhile cannot take."""
+    """``write()``, retried each time the disk refuses it for room (ENOSPC, EDQUOT) while ``reserve`` (on ``where``'s file system)
+    gives back ``need`` bytes and a block: the room ``BackupSet.create`` took before the first change."""
     while True:
         try:
             return write()
@@ -141,12 +136,8 @@ def _give_back(reserve: Path, need: int, where: Path | None) -> bool:
 
 
 class Journal:
-    """Append-only JSON lines, each fsynced; a torn last line (killed mid-write) is ignored, and
-    cut off before anything is appended after it: ``events`` stops at the first line it cannot
-    read, so the events of a resumed apply (or of an apply into a backup set never used) after it
-    would be lost to ``restore``. What a torn line announced was never done: each event is
-    fsynced before the change it announces. An append the file system refuses part-way (a full
-    backup disk) is cut off again, and said with the journal's path: the backup's disk, not the store's."""
+    """Append-only JSON lines, each fsynced before the change it announces; a torn last line is ignored and cut off before the
+    next append (``events`` stops at the first unreadable line). A refused append is cut off too and names the journal's path."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -183,12 +174,8 @@ class Journal:
             raise
 
     def events(self) -> list[dict]:
-        """The events, up to the first line that is none (the torn last line, or an empty one). The whole lines read
-        are kept and only the bytes after them are read again, which is what reading the whole file would find: the
-        journal is only appended to, and ``append`` cuts only a torn line after the last newline. One ``restore``
-        asks many times (``missing_copies``, ``changed_since_apply``, its own walk) of a long journal it appends
-        to; a later run, after a kill, reads it afresh. A journal now shorter than what was read (gone, or cut by
-        hand) is read again from its start."""
+        """The events up to the first line that is none (a torn or empty last line). Lines read are kept and only later bytes read
+        again, as the journal is only appended to; a journal shorter than what was read is read again from its start."""
         try:
             with open(self.path, "rb") as f:
                 if f.seek(0, os.SEEK_END) < self._end:
@@ -241,9 +228,8 @@ class BackupSet:
 
     @classmethod
     def create(cls, directory: Path, store_root: Path, plan_doc: dict, step: str | None = None, reserve: int = 0) -> "BackupSet":
-        """A new backup set in ``directory`` for an apply of ``plan_doc``; ``step``: the ``repair`` step whose stage it is
-        (its manifest's ``command`` is then ``repair``, whatever command the step's plan was made as); ``reserve``: the bytes
-        its own records take once the store changes (``executor.bookkeeping_room``), taken now, before the first change."""
+        """A new backup set in ``directory`` for an apply of ``plan_doc``; ``step``: the ``repair`` stage it is (its manifest's
+        ``command`` is then ``repair``); ``reserve``: the bytes its records take once the store changes, taken now."""
         directory = Path(directory)
         if directory.exists() and any(directory.iterdir()) and not cls.unused(directory):
             raise BadInput(f"{directory}: backup directory exists and is not empty; nothing was changed: give a new or empty --backup-dir")
@@ -378,11 +364,8 @@ class BackupSet:
         return self.dir / "moved" / _flat(rel)
 
     def move_entry(self, rel: str) -> None:
-        """Move a directory or symlink of the store (a stray entry ``repair`` quarantines) into the backup as
-        it is, by a rename (``restore`` renames it back), logged first. Where the backup is on another file
-        system than the entry's folder (a store folder linked to another disk), it is copied in (``copy_entry``:
-        whole once in place), logged as such, then deleted; ``restore`` copies it back. Run again after a
-        kill, it finishes the move."""
+        """Move a stray directory or symlink of the store into the backup by a rename, logged first (``restore`` renames it back);
+        across file systems copied in (``copy_entry``), then deleted. Run again after a kill, it finishes the move."""
         src, dst = self.store_root / rel, self.moved_copy(rel)
         if not os.path.lexists(src):
             return
@@ -459,9 +442,8 @@ class BackupSet:
         return [st.st_size, st.st_mtime_ns]
 
     def finish(self) -> None:
-        """Mark the apply complete, recording the state of every touched file (``changed_since_apply``):
-        the states first, so a kill between the two never leaves a complete apply without them. The manifest written
-        again and the journal's last event take their room from the ``RESERVE`` when the disk is full by then."""
+        """Mark the apply complete, recording every touched file's state first (``changed_since_apply``); the final manifest and
+        journal event take their room from the ``RESERVE`` on a full disk."""
         self.manifest["after"] = {rel: self.state_of(rel) for rel in self.touched()}
         self.manifest["complete"] = True
         data = manifest_bytes(self.manifest)
@@ -483,10 +465,8 @@ class BackupSet:
         return out
 
     def changed_since_apply(self) -> list[str]:
-        """Touched files that hold neither what the apply left nor, once a restore of it began (one cut short), what it
-        found (an unfinished apply: the files its done steps left for good), and the ``lock`` file if it was written since
-        the apply began. Before a restore began, a file back as the apply found it was put so by someone else: a file it
-        created deleted since by a later apply whose backup is elsewhere (``later_backups`` does not see it)."""
+        """Touched files holding neither what the apply left nor, once a restore began, what it found, and the ``lock`` file if
+        written since the apply began."""
         events = self.journal.events()
         after = self.manifest.get("after") or {}
         if not self.manifest.get("complete"):
@@ -510,9 +490,8 @@ class BackupSet:
         return (now is None and rel in self._files) or self._ranges_put_back(rel, before.get(rel), now)
 
     def missing_copies(self) -> list[str]:
-        """The store paths whose kept bytes this backup no longer holds (a copy deleted or cut since, a moved entry gone
-        from both places, a journal line lost): ``restore`` would stop at the first, the store half put back, and no run
-        could finish it; or, with the journal gone, say it restored nothing and call the backup restored."""
+        """The store paths whose kept bytes this backup no longer holds (a copy deleted or cut, a moved entry gone, a journal line
+        lost): ``restore`` would stop half done at the first."""
         missing = []
         for ev in self.journal.events():
             kind, rel = ev.get("ev"), ev.get("path")
@@ -621,10 +600,8 @@ def _first_manifest(path: Path) -> dict:
 
 
 def later_backups(backup_dir: Path, sets: list[BackupSet] | None = None) -> list[Path]:
-    """The unrestored backup sets of the same store (manifest ``store``) applied after ``backup_dir`` (a backup
-    set, a repair's stage, or a whole repair: after its first stage) that touched any file it touched, newest
-    first: the later stages of its repair, and the backups beside it (beside its repair) or in the store's
-    default backups folder. ``restore`` of ``backup_dir`` alone would overwrite what they wrote."""
+    """The unrestored backups of the same store applied after ``backup_dir`` that touched a file it touched, newest first (its
+    repair's later stages, backups beside it or in the default folder): restoring ``backup_dir`` alone would overwrite them."""
     backup_dir = Path(backup_dir).resolve()
     own = repair_stages(backup_dir) or [backup_dir]
     sets = sets or [BackupSet.open(p) for p in own]
@@ -752,10 +729,8 @@ def undo_command(backup_dir: Path | str) -> str:
 
 
 def finish_command(store: Path | str, manifest: dict) -> str:
-    """The command that finishes on ``store`` the apply backed up with ``manifest`` (stopped before its first change: applies
-    it): ``repair`` for a repair's stage (its manifest's ``command``), else the plan's command, with the options its plan
-    records that the next run must be given again: a ``--broker-version`` given, a repair's ``--broker-config``, the queues
-    of ``rebuild-cq``, ``truncate-dirty``'s ``--full-scan``."""
+    """The command finishing on ``store`` the apply backed up with ``manifest``: ``repair`` for a repair's stage, else the plan's
+    command, with the options the next run needs again (``--broker-version``, ``--broker-config``, queues, ``--full-scan``)."""
     plan = manifest.get("plan") or {}
     options, command = plan.get("options") or {}, manifest.get("command") or plan.get("command")
     own = {"rebuild-cq": {"topic": options.get("topic"), "queue": options.get("queue_id"),
@@ -774,9 +749,8 @@ def rerun_command(command: str, store: Path | str, **flags) -> str:
 
 
 def moved_from(store_root: Path, backup: Path) -> Path | None:
-    """Where the store at ``store_root`` was when the apply backed up in ``backup`` began (one apply's backup, a repair's stage,
-    or a whole repair's: its first stage), if it is no longer there (moved or renamed since): ``restore`` puts files back at
-    that path only (``refuse_moved``), so the apply is finished or undone there. None while the store is where it was."""
+    """Where the store was when the apply in ``backup`` began, if it has moved since (``restore`` puts files back there only,
+    ``refuse_moved``); None while the store is where it was."""
     stages = repair_stages(Path(backup))
     try:
         was = Path(read_manifest(stages[0] if stages else backup)["store"])
@@ -789,11 +763,8 @@ def moved_from(store_root: Path, backup: Path) -> Path | None:
 
 
 def interrupted_apply_ways(store_root: Path, pending: Path) -> str:
-    """How to go on from the apply interrupted in ``store_root`` whose backup is ``pending``: the same command
-    with --yes finishes it, ``undo_command`` undoes it. With that backup gone (deleted or moved) neither can
-    run, and every repair command refuses the store: said, with the way to plan again on the store as it is. The command is
-    named (``finish_command``: said from ``restore`` or ``info``, "the command" would be theirs). A store moved
-    since the apply began is finished or undone where it was: said first."""
+    """How to go on from the apply interrupted in ``store_root`` (backup ``pending``): the command that finishes it
+    (``finish_command``) or undoes it; with the backup gone, how to plan again; a moved store first."""
     if Path(pending).exists():
         was = moved_from(store_root, Path(pending))
         try:  # a repair's stage made before its manifest named it: its repair's
@@ -873,10 +844,8 @@ def unfinished_restore_line(pending: Path) -> str:
 
 
 def restore(backup: BackupSet, *, force: bool = False) -> dict:
-    """Undo every journal event in reverse order (bytes and mtimes back, created files and directories
-    deleted), after deleting what takes room the originals need (``_make_room``: the files the apply created
-    or replaced, an earlier run's temporaries). Idempotent, on complete and interrupted applies; refuses when
-    something else changed the files the apply left, unless ``force``."""
+    """Undo every journal event in reverse (bytes and mtimes back, created files deleted), after freeing the room the originals
+    need (``_make_room``). Idempotent; refuses when something else changed the files the apply left, unless ``force``."""
     root = backup.store_root
     refuse_moved(root)
     refuse_incomplete([backup])
@@ -961,11 +930,8 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
 
 
 def _make_room(backup: BackupSet, events: list[dict]) -> list[str]:
-    """Before anything is put back, the store files the apply created, and those it replaced whole, deleted (their originals
-    are whole in the backup, ``refuse_incomplete``, with their owners in the journal; a symlink stays: the file it names is
-    replaced through it): a restore on a full disk puts the originals back in the room they free. A restore cut short after
-    this is finished by the next, which puts each original back from the backup (``_left_by_a_restore``). Returns the
-    created files deleted."""
+    """Delete the store files the apply created or replaced whole (their originals are whole in the backup; a symlink stays), so a
+    restore on a full disk has room. Returns the created files deleted."""
     root, deleted = backup.store_root, []
     for ev in events:
         kind, rel = ev.get("ev"), ev.get("path")

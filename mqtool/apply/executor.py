@@ -1,10 +1,6 @@
-"""``apply``: carry out a plan's actions, in order, with backups and a journal.
-
-Each action is idempotent given the backup set (what it needs of the original store it reads from
-the backup), so an apply killed at any point and run again (``resume``) converges to the same bytes,
-and ``restore`` can always undo it. ``MQTOOL_TEST_KILL_AT=N`` (or ``=LABEL``) kills the process at
-its N-th durability point (or the first of that label), for tests.
-"""
+"""``apply``: carry out a plan's actions in order, with backups and a journal. Each action is idempotent given the backup set, so
+an apply killed anywhere and resumed converges to the same bytes. ``MQTOOL_TEST_KILL_AT=N`` (or ``=LABEL``) kills the process at
+its N-th durability point (or the first of that label), for tests."""
 
 from __future__ import annotations
 
@@ -110,9 +106,8 @@ def deferred_interrupts():
 
 @contextlib.contextmanager
 def interrupts_raised():
-    """Inside ``deferred_interrupts``, a block that writes nothing to the store (``repair``'s checks and plans
-    between and after its stages, a full verify on a large store): a Ctrl-C recorded before it, or pressed
-    in it, is raised at once, as before the next write, instead of waiting for the block to end."""
+    """Inside ``deferred_interrupts``, a block that writes nothing to the store (``repair``'s checks and plans): a Ctrl-C recorded
+    before or pressed in it is raised at once."""
     if not StopRequests.active or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -189,9 +184,7 @@ def moves_entry(path: Path, op: str) -> bool:
 
 
 def journal_room(plan: Plan) -> int:
-    """The most bytes the journal of an apply of ``plan`` can hold (``BackupSet``'s events), every number at its widest
-    (``WIDEST``): the lock, for each file it changes a backup, a creation with the folders it makes and an entry's moves,
-    each range it keeps, each step's end with the states it leaves, ``complete``, and one restore's two events."""
+    """The most bytes the journal of an apply of ``plan`` can hold, every number at its widest (``WIDEST``)."""
     w = WIDEST
     events = [{"ev": "lock", "state": [w, w]}, {"ev": "complete"}, {"ev": "restore-started"}, {"ev": "restored", "ms": w}]
     for index, action in enumerate(plan.actions):
@@ -209,21 +202,17 @@ def journal_room(plan: Plan) -> int:
 
 
 def bookkeeping_room(root: Path, plan: Plan, step: str | None = None) -> tuple[int, int]:
-    """The bytes of the manifest ``BackupSet.create`` writes for an apply of ``plan``, and of the records the backup writes
-    once the store begins to change: the journal (``journal_room``), the manifest written again (``final_manifest_size``)
-    and a restore's records (``RESTORE_ROOM``). ``BackupSet.create`` takes the second before the first change (``RESERVE``),
-    so an apply that passed ``refuse_no_room`` always finishes its bookkeeping, and its restore begins, on a disk the
-    store's own writes fill meanwhile (the same disk)."""
+    """The bytes of the manifest ``BackupSet.create`` writes, and of the records written once the store changes (journal, final
+    manifest, ``RESTORE_ROOM``), which ``create`` reserves first (``RESERVE``) so the bookkeeping always finishes on a full disk.
+    """
     manifest = new_manifest(root, plan.to_dict(), step)
     paths = list(dict.fromkeys(rel for a in plan.actions for rel in changed_files(plan, a)))
     return len(manifest_bytes(manifest)), journal_room(plan) + final_manifest_size(manifest, paths) + RESTORE_ROOM
 
 
 def backup_room(root: Path, plan: Plan, backup_dir: Path, step: str | None = None) -> tuple[int, int]:
-    """The bytes the backup of an apply of ``plan`` takes on ``backup_dir``'s file system, and of them the ``RESERVE`` (taken
-    before the first change): the byte ranges it keeps and the records written once the store changes (``bookkeeping_room``);
-    then the whole files it keeps that no hard link keeps there (not an entry it moves, ``moves_entry``; ``link_or_copy``
-    copies across file systems; a sparse file's allocated blocks), and the manifest holding the plan; each rounded up to a block."""
+    """The bytes the backup of ``plan`` takes on ``backup_dir``'s file system, and of them the ``RESERVE``: ranges and records,
+    then whole files no hard link keeps (``moves_entry``, ``link_or_copy``) and the manifest, each rounded up to a block."""
     where = next(p for p in (backup_dir.absolute(), *backup_dir.absolute().parents) if p.exists())
     device, block = os.stat(where).st_dev, os.statvfs(where).f_frsize or 4096
     ranges = [end - start for start, end in (kept_range(a) for a in plan.actions if KEEPS[a.op] == "range")]
@@ -240,10 +229,8 @@ def backup_room(root: Path, plan: Plan, backup_dir: Path, step: str | None = Non
 
 
 def refuse_no_room(root: Path, plan: Plan, backup_dir: Path, step: str | None = None, later: tuple = ()) -> int:
-    """Refuse, before the first change, an apply whose backup cannot fit on ``backup_dir``'s file system (``backup_room``),
-    with the backups of the ``later`` (step, plan) applies beside it (a ``repair``'s stages known from its plan); returns the
-    ``RESERVE`` to take. A backup disk that fills during the apply anyway (space taken meanwhile) stops it at a safe point
-    (``Executor.run``), with the room for its records and its restore's kept."""
+    """Refuse, before the first change, an apply whose backup (with the ``later`` stages') cannot fit on ``backup_dir``'s file
+    system (``backup_room``); returns the ``RESERVE`` to take."""
     needed, reserve = backup_room(root, plan, backup_dir, step)
     needed += sum(backup_room(root, then, backup_dir, name)[0] for name, then in later)
     where = next(p for p in (backup_dir.absolute(), *backup_dir.absolute().parents) if p.exists())
@@ -341,9 +328,8 @@ class Executor:
         clear_pending(self.root)
 
     def _back_up(self, action) -> None:
-        """Keep what ``action`` overwrites (``KEEPS``), durably, before it writes. A symlink ``delete`` or ``quarantine``
-        removes, and a directory ``quarantine`` moves, is renamed into the backup as it is (``BackupSet.move_entry``): the
-        broker's ``File.delete`` removes the link, not the file it names, and ``restore`` puts the link back."""
+        """Keep what ``action`` overwrites (``KEEPS``), durably, before it writes; a symlink or directory it removes is renamed
+        into the backup as it is (``BackupSet.move_entry``), as ``File.delete`` removes the link, not its file."""
         kind, path = KEEPS[action.op], self.root / action.path
         if kind == "range":
             self.backup.backup_range(action.path, *kept_range(action))
@@ -369,10 +355,8 @@ class Executor:
     _quarantine = _delete
 
     def _resize(self, action) -> None:
-        """The file padded with zeros or trimmed to ``action.end`` bytes (created if absent), written
-        aside and renamed over it, so a backup hard-linked to the original keeps the original bytes.
-        ``pad-blank`` (a short segment before the last, ``repair._cut_segment_end``; a timer log file's,
-        ``repair._timer_log_blank``): an end-of-file blank from ``action.start``, then zeros."""
+        """The file padded with zeros or trimmed to ``action.end`` bytes, written aside and renamed over it (a hard-linked backup
+        keeps the original); ``pad-blank``: an end-of-file blank from ``action.start``, then zeros."""
         path = self.root / action.path
         blank_at = action.start if action.op == "pad-blank" else None
         makedirs(path.parent, like_parent=True)
@@ -580,9 +564,8 @@ def roll_back(backups: list[BackupSet]) -> str:
 
 @contextlib.contextmanager
 def hold_store_lock(store_root: Path, force: bool = False):
-    """Hold the POSIX lock on ``<root>/lock`` (byte 0, as ``FileChannel.tryLock(0, 1, false)``)
-    while changing the store, so neither a broker nor a second mqtool can take it meanwhile. A directory or socket there
-    no broker opens (``nextstart.open_refusal``): ``repair`` moves it out; a device node is never opened (nor held)."""
+    """Hold the POSIX lock on ``<root>/lock`` (byte 0, as ``FileChannel.tryLock(0, 1, false)``) while changing the store; a
+    directory or socket there is ``repair``'s to move, a device node is never opened (``nextstart.open_refusal``)."""
     path = Path(store_root) / "lock"
     fd = None
     if path.exists() and (path.is_file() or stat.S_ISFIFO(path.stat().st_mode)):  # a FIFO opened O_RDWR does not wait
@@ -634,10 +617,8 @@ def read_index_header(path: Path) -> ixfmt.IndexHeader:
 
 def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCache | None = None, backed=None, step: str | None = None,
                later: tuple = ()) -> BackupSet:
-    """Apply ``plan`` to its store, backing up into ``backup_dir``; ``cache``: the batches of the planning;
-    ``backed()`` runs once the backup set exists, before the first change (``repair``'s mark); ``step``: the
-    ``repair`` step whose stage this is (``BackupSet.create``); ``later``: the (step, plan) of the stages after it whose
-    backups' room is checked with its own (``refuse_no_room``)."""
+    """Apply ``plan`` backing up into ``backup_dir``; ``cache``: the planning's batches; ``backed()`` runs once the backup set
+    exists; ``step``: the ``repair`` stage; ``later``: the stages after it whose room is checked too (``refuse_no_room``)."""
     root = Path(plan.store)
     if not root.is_dir():
         raise BadInput(f"{root}: the plan's store does not exist (moved or renamed since the plan was saved?): plan again on the store where it is")

@@ -1,9 +1,6 @@
-"""``SalvageStoreWriter``: a new store holding salvaged messages (``mqtool salvage --to-store``).
-Records arrive in commit log order: one that lands at its own offset and queue offset is copied byte for byte
-(``DefaultAppendMessageCallback.doAppend``, reference §2.6); any other is re-encoded at the next free
-position with its new offsets and ``__CRC32#`` (§2.10). Then the queues, index, checkpoint (§7) and
-``config/*.json``; no ``abort`` file, so a broker opens it with a normal recovery.
-"""
+"""``SalvageStoreWriter``: a new store of salvaged messages (``mqtool salvage --to-store``). A record landing at its own offsets
+is copied byte for byte (reference §2.6), any other re-encoded with new offsets and ``__CRC32#`` (§2.10); then the queues, index,
+checkpoint (§7) and ``config/*.json``, and no ``abort`` file."""
 
 from __future__ import annotations
 
@@ -60,10 +57,9 @@ PARTIAL_SUFFIX = ".mqtool-partial"
 
 
 class SalvageStoreWriter:
-    """Write records into a new store for ``target`` (``check_target`` first); ``close`` finishes it. It is built in
-    ``building``, the sibling ``<target>.mqtool-partial`` (an earlier salvage's cut short there is replaced), renamed to
-    ``target`` once whole and synced: a salvage killed part-way leaves no half store at ``target`` for a broker, ``info``
-    or ``verify`` to take for a whole one. A ``target`` that is a mount point (no rename reaches it) is built in place."""
+    """Write records into a new store for ``target`` (``check_target`` first); ``close`` finishes it. Built in
+    ``<target>.mqtool-partial`` and renamed once whole and synced, so no half store is left at ``target``; a mount point is
+    built in place."""
 
     def __init__(self, source: Store, target: Path):
         self.source = source

@@ -151,10 +151,8 @@ class CommitLogWriter:
         self.file = open(directory / offset_file_name(base), "wb")
 
     def offset_for(self, length: int, original: int | None = None) -> int:
-        """Where a record of ``length`` bytes goes, rolling the segment first if it must, or if
-        ``original`` (its offset in the store it is copied from) is the next segment's start: the
-        broker rolls a whole batch that does not fit (``DefaultAppendMessageCallback.doAppend`` of
-        a ``MessageExtBatch``, reference §2.12), so its first record starts a segment early."""
+        """Where a record of ``length`` bytes goes, rolling the segment first if it must, or if ``original`` is the next segment's
+        start (a batch that does not fit rolls whole, reference §2.12)."""
         remaining = self.segment_size - self.pos
         rolls = original == self.base + self.segment_size and remaining >= clfmt.END_FILE_MIN_BLANK_LENGTH
         if rolls or length + clfmt.END_FILE_MIN_BLANK_LENGTH > remaining:

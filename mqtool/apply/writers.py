@@ -1,8 +1,5 @@
-"""Writers of consume queue and index files, byte-identical to the broker's dispatchers: ``ConsumeQueueWriter``
-(``ConsumeQueue.putMessagePositionInfo``, reference §5.10, rules §3.1-§3.3, fillers §5.3) and ``IndexWriterService``
-(``IndexService.buildIndex``, §6.5-§6.8), placing as ``dispatch.placement`` does. Files are written to ``tmp_path``,
-fsynced and renamed into place by ``close``.
-"""
+"""Consume queue and index writers, byte-identical to the broker's: ``ConsumeQueueWriter`` (reference §5.10, rules §3.1-§3.3,
+§5.3) and ``IndexWriterService`` (§6.5-§6.8), written to ``tmp_path``, fsynced and renamed into place by ``close``."""
 
 from __future__ import annotations
 
@@ -44,9 +41,7 @@ WRITEBACK_EVERY = 32 << 20  # index entry bytes appended between two early write
 
 
 def start_writeback(fd: int, offset: int = 0, length: int = 0) -> None:
-    """Start writing ``[offset, offset + length)`` (0: to the end) of a file out now, without waiting
-    (Linux's ``POSIX_FADV_DONTNEED`` starts the writeback of dirty pages), so its ``fsync`` has little
-    left to wait for."""
+    """Start writing ``[offset, offset + length)`` (0: to the end) out now (``POSIX_FADV_DONTNEED``), so ``fsync`` waits less."""
     if hasattr(os, "posix_fadvise"):
         os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
@@ -196,10 +191,8 @@ def parallel(fn, items, workers: int = 8) -> None:
 
 
 class IndexWriterService(IndexPlacement):
-    """``IndexService.buildIndex`` over files in ``index_dir``: ``IndexPlacement``'s placement, written
-    (``append_to=(name, source)``: a copy of ``source`` continued). The slot table is written back
-    whole when a file is finished; entries are appended with ``pwrite_all``. The files named in
-    ``unwritten`` (a rebuild's files that already hold its bytes) are placed without being written."""
+    """``IndexService.buildIndex`` over files in ``index_dir`` (``append_to=(name, source)``: ``source`` continued): slots written
+    back when a file is finished, entries appended; files in ``unwritten`` are placed without being written."""
 
     dry = False
 
