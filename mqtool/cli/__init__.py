@@ -1,9 +1,5 @@
-"""The ``mqtool`` command line: a thin typer shell over the store model and the planners.
-
-Command modules are imported only when their command runs (or prints its own help). The edge of
-the program is ``MqtoolGroup.main``: usage errors are one line with exit 2, a closed pipe exits 0
-quietly; ``-q/--quiet``, ``--debug`` and ``-V/--version`` are accepted before or after the command name.
-"""
+"""The ``mqtool`` command line: a thin typer shell over the store model and the planners. Command modules are imported only when
+their command runs; ``MqtoolGroup.main`` is the program's edge (usage errors exit 2 in one line, a closed pipe exits 0)."""
 
 from __future__ import annotations
 
@@ -305,9 +301,8 @@ def _options(debug: DebugOpt = False, quiet: QuietOpt = False, version: VersionO
 
 
 def interrupts_in_finalizers_kept() -> None:
-    """A Ctrl-C that lands in a finalizer (a scan's generator dropped while its helper thread ends: a second
-    Ctrl-C while the first unwinds, or one as a ``--limit`` is reached) is not printed as "Exception ignored ...
-    KeyboardInterrupt" and dropped: it is kept, and the command ends "interrupted" (exit 130, ``guarded``)."""
+    """A Ctrl-C that lands in a finalizer (a scan's generator dropped) is kept rather than printed as "Exception ignored" and
+    dropped: the command ends "interrupted" (exit 130, ``guarded``)."""
     previous = sys.unraisablehook
 
     def hook(unraisable) -> None:

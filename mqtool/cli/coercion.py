@@ -1,11 +1,5 @@
-"""Command-line values converted without pydantic.
-
-typer 0.2x converts every value through a pydantic ``TypeAdapter`` (``typer/_coercion.py``), whose
-import costs more of a command's start-up than a whole ``--msg-id`` lookup. The plain kinds mqtool
-takes (``str``, ``bool``, ``Path``, ``int`` in range, ``Enum`` choices and lists of them) are converted
-with typer's own pydantic-free helpers (``private_api.typer_conversion``), so checks and messages stay
-typer's; anything else goes to typer's conversion as before.
-"""
+"""Command-line values converted without pydantic, whose import (typer's ``TypeAdapter``) costs more than a whole lookup: the
+plain kinds mqtool takes go through typer's pydantic-free helpers (``private_api.typer_conversion``), others as before."""
 
 from __future__ import annotations
 
@@ -67,9 +61,8 @@ if _typer is not None:
             return _TYPER
 
     def _unchecked_access(info):
-        """``info`` without typer's default ``readable=True``: that check (``os.access``) made a store, plan or
-        ``--broker-config`` mqtool may not read a usage error (exit 2, "is not readable"), and refused an
-        ``--out`` that is only written; mqtool's own open says "permission denied", bad input (exit 3)."""
+        """``info`` without typer's default ``readable=True`` check, so an unreadable path is mqtool's "permission denied" (exit
+        3), not a usage error, and a write-only ``--out`` is accepted."""
         if not info.readable:
             return info
         unchecked = copy.copy(info)

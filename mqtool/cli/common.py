@@ -62,9 +62,8 @@ def silence_stdout() -> None:
 
 @contextmanager
 def verdict_kept(has_findings: Callable[[], bool]):
-    """A reader gone while the result is written (``mqtool verify STORE | head``) ends the output, not
-    the verdict: exit 1 when ``has_findings()`` says findings are known by then, as the whole run exits
-    (the exit code is the command's own); otherwise exit 0, as for any closed pipe (``guarded``)."""
+    """A reader gone while the result is written ends the output, not the verdict: exit 1 when ``has_findings()``, else 0 as for
+    any closed pipe (``guarded``)."""
     try:
         yield
     except BrokenPipeError:
@@ -185,11 +184,9 @@ def message_of(store: Store, record, body, decompress: bool = False) -> dict:
 
 
 def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False) -> int | None:
-    """Where the read goes on after ``end``, or None: past damage the broker's next start never reads
-    (``store.nextstart``) or, in a DLedger store, keeps (``CommitLog.resume_after_damage``: DLedger's recovery
-    checks entry headers only, from its start file on; of an entry whose header alone is broken only the header is
-    skipped: the caller reads the record inside, ``dledgerstart.loose_walk``), else only with ``--keep-going``, at the next
-    record start after the damage."""
+    """Where the read goes on after ``end``, or None: past damage the next start never reads (``store.nextstart``) or DLedger's
+    recovery keeps (``CommitLog.resume_after_damage``, ``dledgerstart.loose_walk``), else with ``--keep-going`` at the next
+    record."""
     segments = store.commitlog.segments
     if store.root is not None and store.is_dledger:
         from ..store.dledgerstart import KEPT, record_in_broken_entry

@@ -157,9 +157,8 @@ def _msg_id_rows(store: Store, match: MessageFilter, msg_id: str, offset: int, l
 
 
 def _looked_up_rows(store: Store, match: MessageFilter, offsets: list[int], start, stop, limit, body, decompress) -> Iterator[dict]:
-    """The records at the index's offsets that pass the filters (a hash collision or another
-    topic's key fails them), in commit log order, none past the end the broker's next start gives the log
-    (``nextstart.ends_before``, one walk up to the furthest, as ``query key``: the restarted broker serves nothing there)."""
+    """The records at the index's offsets that pass the filters, in commit log order, none past the end the broker's next start
+    gives the log (``nextstart.ends_before``)."""
     from ..store.lookup import past_end_error, read_message
     from ..store.nextstart import ends_before
 

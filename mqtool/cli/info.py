@@ -135,11 +135,9 @@ UNREAD_PARTS = ("abort", "lock", "checkpoint", "consumequeue", "index", "config"
 
 
 def info_document(store: Store, state: dict[str, Any]) -> dict[str, Any]:
-    """``store_summary`` scanned from where the broker's next start scans, with what that start keeps and
-    drops (``store.nextstart``; where a dispatch that throws stops it: ``verify.lmq.with_stall``);
-    without consume queues, the topics of the commit log (``topics_source``); then ``state`` (``warn_store_state``) and,
-    with a timer log, its section (``scan.timer.timer_summary``, which resumes where that start leaves the timer queue).
-    Given a bare commit log folder or segment, the store's other parts are ``not_looked_at``."""
+    """``store_summary`` from where the broker's next start scans, with what it keeps and drops (``store.nextstart``,
+    ``verify.lmq.with_stall``), the commit log's topics without consume queues, ``state`` and the timer section; a bare commit
+    log's other parts are ``not_looked_at``."""
     from ..store.nextstart import next_start, start_of
     from ..store.commitlog import ScanEnd
     from ..verify.lmq import with_stall

@@ -1,9 +1,5 @@
-"""Rendering for every command: one streaming implementation per output format (data on stdout).
-
-Rows stream through ``emit_rows``, a document (``info``, a plan) through ``emit_document`` and its
-``render(screen, doc)``; tables are laid out by ``table.py``. Put long single-word columns (topics,
-paths) last: the last column may run past the edge.
-"""
+"""Rendering for every command, one streaming implementation per output format: rows through ``emit_rows``, documents through
+``emit_document``; tables laid out by ``table.py`` (long single-word columns last)."""
 
 from __future__ import annotations
 
@@ -159,10 +155,8 @@ def heading(field: str, headers: dict[str, str] = HEADERS) -> str:
 def emit_rows(rows: Iterable[dict[str, Any]], fmt: OutputFormat, fields: Sequence[str], table_columns: Sequence[str] | None = None, *,
               title: str | None = None, optional: Sequence[str] = (), fold: Sequence[str] = (), headers: dict[str, str] | None = None,
               asked_times: Sequence[str] = (), out=None, width: int | None = None) -> int:
-    """Stream ``rows`` in ``fmt``; returns how many were written. ``fields``: the CSV header and order;
-    the table shows ``table_columns`` (default: all), ``optional`` ones dropped to fit, least important
-    first; ``fold`` ones may break a long word rather than turn the table vertical; ``asked_times``: the time
-    columns holding a time the user gave (a date even at 0, where another time's 0 is one never set: ``-``)."""
+    """Stream ``rows`` in ``fmt``; returns how many were written. ``fields``: CSV header and order; ``table_columns``,
+    ``optional`` (dropped to fit) and ``fold`` shape the table; ``asked_times``: time columns holding a user-given time."""
     out = terminal.data_stream(out)
     count = 0
     rows = iter(rows)  # its first row read before anything is written: a path it refuses leaves no "[" or CSV header

@@ -46,9 +46,7 @@ class ByteProgress:
 
 
 class StageProgress:
-    """One byte progress bar at a time, for the stage being reported (an ``activity.Listener``):
-    a new bar when the stage changes or a scan of it begins (a plan scans again under each broker
-    version it considers)."""
+    """One byte progress bar at a time (an ``activity.Listener``), new when the stage changes or its scan begins again."""
 
     def __init__(self, enabled: bool | None = None):
         self.enabled = enabled

@@ -1,8 +1,5 @@
-"""Repair commands: ``truncate-dirty``, ``recover``, ``repair``, ``rebuild-cq``, ``rebuild-index``, ``apply``, ``restore``.
-
-Each plans first (``mqtool.recovery``) and changes nothing without ``--yes``; changes go through
-``mqtool.apply`` (backup, journal, fsync); a store in use is refused unless ``--force``.
-"""
+"""Repair commands (``truncate-dirty``, ``recover``, ``repair``, ``rebuild-cq``, ``rebuild-index``, ``apply``, ``restore``): each
+plans first and changes nothing without ``--yes``, through ``mqtool.apply``; a store in use is refused unless ``--force``."""
 
 from __future__ import annotations
 
@@ -120,10 +117,8 @@ def explain_interrupt(root: Path, backup: Path):
 
 
 def emit_plan(doc: dict, fmt: OutputFormat, render, backup: Path | None = None) -> None:
-    """The plan (or backup) on stdout, with ``backup``: the directory the backup of a plan ``--yes`` applies is kept in, which
-    ``mqtool restore`` undoes it from (a JSON reader learns it as the ``note_undo`` lines say it). From then on a closed stdout
-    or stderr drops what is written to it: what follows never depends on who reads the output (the apply of --yes, the plan
-    --plan-out saves, the exit code: 4 for a plan shown without --yes, as ``| head`` read it or not)."""
+    """The plan (or backup) on stdout, with ``backup``: the directory ``mqtool restore`` undoes a ``--yes`` apply from. From then
+    on a closed stdout or stderr drops what is written: the apply and exit code never depend on who reads the output."""
     State.output_may_close = True
     try:
         emit_document(doc if backup is None else {**doc, "backup": str(backup)}, fmt, render)
@@ -189,9 +184,8 @@ def _finish_interrupted(root: Path, yes: bool, force: bool) -> Path | None:
 
 
 def finished_was_asked(done: dict, plan: Plan) -> str | None:
-    """Why the interrupted apply just finished (``done``: the plan its manifest holds) was what re-running a command asked for,
-    None if it was not: the new ``plan``, made on the finished store, has nothing left to do (a rebuild leaves alone the files
-    that already hold its bytes, so re-running the same rebuild plans nothing)."""
+    """Why the interrupted apply just finished was what re-running asked for (the new ``plan`` has nothing left to do), else None.
+    """
     return f"the interrupted {done.get('command')} apply is finished, which leaves nothing to do" if plan.is_empty else None
 
 
@@ -260,9 +254,8 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
 
 
 def note_undo(done: str, target: Path, then: Path | None = None) -> None:
-    """What an apply did and where its backup is, then the command that undoes it: said even with ``-q``
-    (pg_resetwal and etcdutl say what they did): the one thing a user of a write must always learn. ``then``: the backup of
-    the interrupted apply the command finished before its own, undone after it (``restore`` refuses it before)."""
+    """What an apply did and where its backup is, then the command that undoes it, even with ``-q`` (as pg_resetwal and etcdutl
+    say what they did); ``then``: the backup of the interrupted apply finished first, undone after it."""
     note(done, always=True)
     after = "" if then is None else f", then the interrupted apply it finished first: mqtool restore {shell_path(then)} --yes"
     note(f"undo with: mqtool restore {shell_path(target)} --yes{after}", always=True)
@@ -466,9 +459,8 @@ def _say_nothing_to_repair(plan, yes: bool) -> None:
 
 
 def _report_after(findings: list, stages: "RepairStages") -> None:
-    """What verify says after the repair, and what its recovery cut of valid messages (its plan's ``DAMAGE:`` note) with how to
-    save what is readable of them, which its backup holds (README's incident section: ``salvage`` reads the store as it was);
-    exit 1 when lost data remains."""
+    """What verify says after the repair, and the valid messages its recovery cut (``DAMAGE:``) with how to salvage them from the
+    backup (README's incident section); exit 1 when lost data remains."""
     cut = "" if not stages.cut else (f"; the repair cut {stages.cut} valid message(s) and its backup holds them: to save what is readable "
                                      f"of them, undo it with `mqtool restore {shell_path(stages.target.absolute())} --yes`, run "
                                      f"`{salvage_command(stages.root)}`, then repair again")
@@ -484,10 +476,8 @@ def _report_after(findings: list, stages: "RepairStages") -> None:
 
 
 def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -> list:
-    """Apply repair's stages in order: the file fixes, the broker's recovery, then the steps beyond the
-    broker, each planned on the store the stage before left; returns verify's failing findings after.
-    Only the stages' writes defer a Ctrl-C: the plans and checks between and after them (a full verify
-    each) stop at once, as a Ctrl-C before the next stage does (``writer.interrupts_raised``)."""
+    """Apply repair's stages in order (file fixes, the broker's recovery, then the steps beyond the broker, each planned on the
+    store the stage before left); returns verify's failing findings after. Only the writes defer a Ctrl-C."""
     rp, root = repair_planner(), stages.root
     stages.apply("files", plan.files, then=(("recover", plan.recover),) if plan.recover is not None and not plan.recover.is_empty else ())
     with writer.interrupts_raised(), open_store(root, broker_config, broker_version) as opened:
@@ -538,9 +528,8 @@ class RepairStages:
         self.given = {} if broker_config is None else {"broker_config": str(broker_config.resolve())}
 
     def apply(self, name: str, plan: Plan | None, cache=None, then: tuple = ()) -> None:
-        """Apply stage ``name``; ``then``: the (step, plan) of the stages after it known from repair's plan (its recovery,
-        planned again once the file fixes are applied), whose backups' room is checked before this stage changes anything.
-        The later stages' (rebuild-cq, rebuild-index, state) are planned only on the recovered store: checked as each begins."""
+        """Apply stage ``name``; ``then``: the (step, plan) of later stages known now, whose backups' room is checked before this
+        stage changes anything (the others are checked as each begins)."""
         if plan is None or plan.is_empty:
             return
         plan = dataclasses.replace(plan, options={**plan.options, **self.given})
@@ -568,9 +557,8 @@ class RepairStages:
 
     @contextlib.contextmanager
     def marked(self):
-        """``.mqtool-repair`` names the backup directory while the stages apply (written by ``_mark``), so a
-        repair killed between stages is named by ``info``, finished by the next ``repair`` and undone by
-        ``restore``; cleared when every stage is applied, or when none of its stages is left in the store."""
+        """``.mqtool-repair`` names the backup directory while the stages apply, so ``info``, ``repair`` and ``restore`` know a
+        repair killed between stages; cleared when all are applied, or none is left in the store."""
         try:
             yield
         except BaseException:
@@ -619,10 +607,8 @@ def _plan_repair(root: Path, broker_config, broker_version):
 
 
 def _with_remaining_after_moves(plan, root: Path, broker_config, broker_version):
-    """A plan whose recovery waits for the file fixes (the broker refuses to start before them), with the "will still report"
-    table predicted where they move out config files and the broker then starts: on the store read as once they are moved
-    (``Store.moved_out``; a FIFO's ``.bak`` then loaded), its recovery and later steps as ``plan_repair``'s
-    (``after_recovery``); unchanged where it still refuses or the recovery is not planned."""
+    """A plan whose recovery waits for the file fixes, with the "will still report" table predicted on the store as once its
+    config files are moved out (``Store.moved_out``); unchanged where it still refuses or the recovery is not planned."""
     rp = repair_planner()
     moved = frozenset(a.path for a in (plan.files.actions if plan.files else ()) if a.op == "quarantine" and a.path.startswith("config/"))
     if not moved:
@@ -840,9 +826,8 @@ def _a_store_given_to_restore(store: Path) -> str:
 
 
 def _finish_restore_line(backup: Path) -> str:
-    """What a restore of ``backup`` that a Ctrl-C cut short says: run it again to finish; or, when every backup set (a repair's
-    every stage) was put back, the Ctrl-C landing as ``backup.restore`` removed the ``.mqtool-repair`` mark, that the store is
-    restored and running it again only tidies up (``restore`` of a set already restored)."""
+    """What a restore of ``backup`` cut short by Ctrl-C says: run it again to finish, or, when every set was put back, that the
+    store is restored and running it again only tidies up."""
     again = f"`mqtool restore {shell_path(backup)} --yes`"
     try:
         sets = [BackupSet.open(s) for s in repair_stages(backup) or [backup]]
@@ -855,10 +840,8 @@ def _finish_restore_line(backup: Path) -> str:
 
 
 def _never_begun(backup: Path) -> bool:
-    """A backup directory an apply (or a repair's first stage) was killed in before its manifest was written (``BackupSet.create``):
-    absent, the folder it was made in under a temporary name left beside it; or given (existing) with nothing in it but what
-    ``create`` writes under a temporary name (its manifest, a stage's folder), or a repair's stage directories, each such or
-    empty (made with it by an earlier mqtool). An empty directory is none: nothing in it says mqtool made it (``restore`` refuses it)."""
+    """A backup directory an apply was killed in before its manifest was written (``BackupSet.create``): absent with its temporary
+    folder beside it, or holding only temporaries or such stage directories. An empty directory is none."""
     if not backup.exists():
         return backup.with_name(backup.name + TMP_SUFFIX).is_dir()
     entries = list(backup.iterdir()) if backup.is_dir() and not (backup / "manifest.json").exists() else []

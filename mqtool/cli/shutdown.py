@@ -1,10 +1,5 @@
-"""The process's end without the interpreter's teardown (``Py_FinalizeEx`` freeing every module, a
-sizeable part of a small store's command; every file mqtool writes is closed by then).
-
-``exit_process`` does what finalisation does that is seen from outside, in its order (non-daemon
-threads, atexit handlers: ``private_api.exit_steps``; flushing stdout and stderr, a failure other than
-a closed pipe exiting 120 as CPython's), then ``os._exit``. A Ctrl-C during a step is no traceback.
-"""
+"""The process's end without the interpreter's teardown: ``exit_process`` does what finalisation does that is seen from outside
+(threads, atexit: ``private_api.exit_steps``; flushing, 120 on failure as CPython), then ``os._exit``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""What the command line knows about the terminal: the width tables are laid out to, colour,
-messages on stderr, and the progress bars that must be cleared before anything else is written.
-"""
+"""What the command line knows of the terminal: width, colour, stderr messages and progress bars cleared before output."""
 
 from __future__ import annotations
 
@@ -26,10 +24,8 @@ def debug_traceback() -> None:
 
 
 def write_stderr(line: str) -> None:
-    """``line`` on stderr less the control codes that move the cursor, tabs expanded, the others written out as a
-    table's cells are (``table.visible``: a group name's ``ESC[2J`` cleared the screen); once an apply is
-    confirmed (``State.output_may_close``) a closed stderr drops the line. Stdout's terminal line left open (a row
-    cut short by Ctrl-C) is ended first: the line would have run on from it (``...Tópicomqtool: error: interrupted``)."""
+    """``line`` on stderr without cursor-moving control codes (``table.visible``), after ending stdout's open line; once an apply
+    is confirmed (``State.output_may_close``) a closed stderr drops it."""
     if WholeWrites.line_open and isatty(sys.stdout) and isatty(sys.stderr):
         WholeWrites.line_open = False
         line = "\n" + line
@@ -61,9 +57,8 @@ def open_closed_streams() -> None:
 
 
 class WholeWrites(io.FileIO):
-    """A descriptor written to its last byte: a short write (a disk filling up) goes on, so the rest
-    fails with the disk's error. CPython's buffered stdout returns a short count that no caller checks:
-    ``mqtool info STORE -f json > FILE`` on a nearly full disk cut the file and exited 0."""
+    """A descriptor written to its last byte: a short write (a disk filling up) goes on so the rest fails with the disk's error,
+    where CPython's buffered stdout would cut the file and exit 0."""
 
     line_open = False  # the last line written may lack its newline (``write_stderr``)
 
@@ -148,9 +143,8 @@ def clear_bars() -> None:
 
 
 def note(message: str, *, always: bool = False) -> None:
-    """``mqtool: message`` on stderr, unless ``--quiet`` (``always``: even then: what a write did and where its
-    undo lives, as pg_resetwal says what it did); on a terminal wrapped to its width at spaces
-    (an offset, a path or an id is never split), in a pipe or a file one line."""
+    """``mqtool: message`` on stderr unless ``--quiet`` (``always``: even then); wrapped at spaces on a terminal, one line in a
+    pipe."""
     if always or not State.quiet:
         clear_bars()
         text = f"mqtool: {message}"

@@ -45,11 +45,9 @@ def _counted(count: int, word: str, words: str = "") -> str:
 
 
 def _render_summary(console: Screen, s: dict[str, Any], root: Path | None, window: str = "", unfinished: list[str] = ()) -> None:
-    """The summary; on a store directory that is not sound, the commands that plan what to do next, or, where an
-    apply, restore or ``repair`` was interrupted (``unfinished``, ``store_state.unfinished_lines``), those that
-    finish or undo it: the repair commands refuse the store until then (said even with ``-q``). Where the next start
-    drops messages, the ``salvage`` that saves what is readable of them comes first: ``recover --yes`` zeroes them.
-    ``window``: the commit log range checked (``--from-offset``/``--to-offset``), which the verdict holds for."""
+    """The summary; on a store that is not sound, the commands that plan what to do next, or finish or undo an interrupted apply,
+    restore or ``repair`` (``unfinished``; even with ``-q``), a ``salvage`` first where the next start drops messages. ``window``:
+    the commit log range checked, which the verdict holds for."""
     cl, checks = s["commitlog"], s["checks"]
     rate = s["throughput_bytes_per_s"] / 1e6
     # the figures of the checks that ran (``--only cq`` reads no index file: "0 files" would say there is none)
