@@ -17,8 +17,7 @@ from .sharedscans import SharedScans
 if TYPE_CHECKING:  # the plan's dataclasses: not loaded where only the eras are asked for (``nextstart``)
     from .plans import Plan
 
-# 5.x checkpoint fields: 4.x brokers ignore bytes 24..39 of the checkpoint, and a 5.x broker outside
-# controller/duplication mode reads neither back (reference §7, §8.2, §8.5)
+# 5.x checkpoint fields no broker outside controller/duplication mode reads back (reference §7, §8.2, §8.5)
 IMMATERIAL = ("master_flushed_offset", "confirm_phy_offset")
 SHOWN = 60  # characters of each differing value in the error
 

@@ -69,9 +69,7 @@ def stale_data_actions(store: Store) -> list:
 class DLedgerLog(LogKind):
     """``DLedgerCommitLog``'s recovery over ``DLedgerMmapFileStore.recover`` (module docstring)."""
 
-    # ``recover`` ends the data with ``dataFileList.truncateOffset(processOffset)``: the wrote, committed and flushed positions
-    # of the file holding it set there, the files after it deleted, the bytes after it left (MmapFileList @0.1-0.3.1.2,
-    # reference §15.4); its next walk stops at the same entry, and an append writes over them
+    # ``dataFileList.truncateOffset(processOffset)`` leaves the bytes after the cut (MmapFileList @0.1-0.3.1.2, reference §15.4)
     zeroes_after_cut = False
 
     def __init__(self, dl: DataRecovery):

@@ -77,8 +77,7 @@ def unloadable_files(store: Store) -> None:
     configured = store.config.commitlog_file_size
     found = sorted({p.found for p in store.problems if p.kind == SEGMENT_SIZE})
     if why is not None and configured is not None and found and not store.commitlog.segments:
-        # no file has the size the broker config sets: the config, not the files, is what differs ("`mqtool repair`
-        # fixes the file first" said by repair itself, and "like the other segments" of segments all of another size)
+        # no file has the size the broker config sets: the config, not the files, is what differs
         raise BadInput(f"every commit log file is {' or '.join(map(str, found))} bytes, but the broker config sets "
                        f"mappedFileSizeCommitLog={configured}: is it this broker's? Without --broker-config the size is read from the files")
     if why is not None:
@@ -155,8 +154,7 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
         seg = cl.segments[index]
         cut_segment = seg.path.name
         stop = seg.base_offset + written_end(seg.path, end.offset - seg.base_offset)
-        # a blank ending the log runs to the segment's end (its stale fill too, rules §1.12), and recovery stops
-        # in front of it (recoverNormally/recoverAbnormally: "this can not be included in truncate offset")
+        # a blank ending the log runs to the segment's end and recovery stops in front of it (rules §1.12)
         if zeroes and stop > end.offset and end.reason != StopReason.BLANK_LAST:
             zero_to = stop
             actions.append(Action("zero-range", rel(store, seg.path), end.offset - seg.base_offset, stop - seg.base_offset, "dirty bytes after the valid end"))

@@ -665,8 +665,7 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
     """One finding that is not itself a lost record into the step that fixes it, or ``out.lost``."""
     if f.kind in CQ_KINDS:
         key = _queue_of(f)
-        # record_damaged: the entry is where the broker puts it, the record's QUEUEOFFSET is what is wrong;
-        # a queue with an entry in lost data: rebuilding would renumber the queue around the lost record
+        # record_damaged: the record's QUEUEOFFSET is wrong; a queue with lost data: a rebuild would renumber it
         if (f.details or {}).get("record_damaged") or key is None:
             out.lost.append(expected(f, True))
         elif key in lost.queues and (id(f) in lost.mended or f.kind == "cq-entry-mismatch" and (f.details or {}).get("field") in UNIT_FIELDS):
@@ -688,20 +687,17 @@ def _triage_one(out: Triage, f: Finding, lost: _LostData) -> None:
         out.dledger_units.append(f)
     elif f.kind in ("timer-reference", "timer-wheel"):
         d = f.details or {}
-        # lost: a message past the log's end, units outside the timer log or cut off a file's tail, the slots of undelivered messages,
-        # a unit naming no rmq_sys_wheel_timer record (TimerMessageStore.recoverAndRevise keeps it: its message is never delivered)
+        # lost: messages past the end, units outside the log or cut off, pending slots, units naming no record (recoverAndRevise)
         gone = (d.get("past_end") or d.get("before_start") or d.get("cut_off") or d.get("pending")
                 or (f.kind == "timer-reference" and f.severity == Severity.ERROR))
         out.lost.append(expected(f, lost.holds(f.offset) or bool(gone)))
     elif f.kind == "config-unreadable" and f.severity.value == "warning":  # its .bak is valid
         out.configs.append(f)
     elif f.kind in ("timer-log-damaged", "timercheck-ahead", "config-unreadable"):
-        # timer-log-damaged: TimerMessageStore.recover truncates the timer log there; timercheck-ahead: it counts units or
-        # entries that are gone; config-unreadable: its .bak is unreadable too
+        # the timer log cut there, timercheck counting what is gone, or a config whose .bak is unreadable too
         out.lost.append(expected(f, True))
     else:
-        # anything unknown is lost data after lost messages; a consumer offset outside its queue
-        # never is (the broker moves it to the queue's min or max: OFFSET_TOO_SMALL / OFFSET_OVERFLOW)
+        # lost data after lost messages; never a consumer offset outside its queue (OFFSET_TOO_SMALL / OFFSET_OVERFLOW)
         out.lost.append(expected(f, bool(lost.ranges) and f.kind != "consumer-offset-range"))
 
 
@@ -740,8 +736,7 @@ def _entries_of_records(store: Store, missing: Finding) -> list[Action]:
     actions, wanted = [], d["first_queue_offset"]
     ext = store.root is not None and (store.root / "consumequeue_ext").is_dir()
     for record in store.commitlog.scan(missing.offset, d["last_offset"] + 1):
-        # the run's records are the first of each queue offset in turn, as the dispatch places them: a later
-        # record of a queue offset already placed (a duplicate the 4.2.0+ dispatch skips) is not one of them
+        # the first record of each queue offset in turn: a later duplicate the 4.2.0+ dispatch skips is not one
         if record.topic_name != topic or record.queue_id != queue_id or record.queue_offset != wanted:
             continue
         wanted += 1
@@ -1176,10 +1171,8 @@ def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep
     if not repairs:
         return [], [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + up_to_cut(store, expected_after(t), cut)
     offsets = store.config_file("consumerOffset.json") is not None
-    # the rebuild's queue ends, for the offsets' rows; and past lost records, the entries it writes after them at the queue's
-    # write position (the broker's ``putMessagePositionInfo`` does not renumber the records: lost data, ``misplaced_findings``)
-    # (the predicted rebuild-cq on the store as it is, its walk ending where ``start`` ends the log, ``RebuildScan``; none where it
-    # cannot be planned, as where the candidate versions' plans differ: the step, planned again when applied, then says so)
+    # the predicted rebuild-cq (none where it cannot be planned): its queue ends for the offsets' rows, and past lost records
+    # the entries it writes at the queue's write position (lost data, ``misplaced_findings``)
     rebuild = []
     if t.queues and (offsets or any(f.kind in LOST_KINDS for f in kept)):
         with contextlib.suppress(Refused, BadInput):
