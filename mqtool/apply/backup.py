@@ -76,8 +76,7 @@ def new_manifest(store_root: Path, plan_doc: dict, step: str | None = None) -> d
         "command": "repair" if step else plan_doc.get("command"),
         **({"step": step} if step else {}),
         "created_ms": int(time.time() * 1000),
-        # its place in the order of applies (``applied_after``): the monotonic clock within this boot, which a wall clock
-        # stepped back (NTP, a VM's clock) cannot reorder; ``created_ms`` orders backups of different boots
+        # ``applied_after``: the monotonic clock within a boot (a stepped wall clock cannot reorder it), else ``created_ms``
         "boot_id": boot_id(),
         "monotonic_ns": time.monotonic_ns(),
         "complete": False,
@@ -233,8 +232,7 @@ class BackupSet:
         directory = Path(directory)
         if directory.exists() and any(directory.iterdir()) and not cls.unused(directory):
             raise BadInput(f"{directory}: backup directory exists and is not empty; nothing was changed: give a new or empty --backup-dir")
-        # a new folder (a repair's, made for its first stage) is made whole under a temporary name and renamed into place once its
-        # manifest is there: killed before, it leaves no folder without one at the path the plan named (``restore``: never begun)
+        # a new folder is made under a temporary name and renamed once its manifest is there: a kill leaves no manifest-less folder
         top = directory.parent if step and not directory.parent.exists() else directory
         building = top if top.exists() else top.with_name(top.name + TMP_SUFFIX)
         inner, manifest, made = building / directory.relative_to(top), new_manifest(store_root, plan_doc, step), []

@@ -156,10 +156,8 @@ def check_inputs(root: Path, plan: Plan) -> None:
             raise Refused(f"the plan writes {rel}, outside the store and not a file it read: it was not made for this store; plan again")
 
 
-# What each op keeps in the backup before it writes, said once for ``Executor._back_up``, which keeps it, and ``refuse_no_room``,
-# which counts it: "range" the bytes it overwrites (``kept_range``), "entry" the file or the entry itself (``moves_entry``),
-# "file" the whole file (one it creates noted: ``restore`` deletes it), "dispatch" the files it installs (``changed_files``; kept
-# as they are staged: ``_queue_writer``, ``_index_writer``). A plan with an op not here is refused (``check_inputs``).
+# What each op keeps before it writes (``Executor._back_up`` keeps it, ``refuse_no_room`` counts it): "range" (``kept_range``),
+# "entry" (``moves_entry``), "file" the whole file, "dispatch" the files it installs. Any other op is refused (``check_inputs``).
 KEEPS = {**dict.fromkeys(("zero-range", "write-blank", "write-int64", "fill-units", "write-dledger-index"), "range"),
          **dict.fromkeys(("delete", "quarantine", "restore-config"), "entry"),
          **dict.fromkeys(("resize", "pad-blank", "write-checkpoint", "write-dledger-checkpoint"), "file"), "write-dispatch": "dispatch"}
