@@ -322,8 +322,7 @@ def main() -> None:
     open_closed_streams()
     complete_stdout_writes()
     interrupts_in_finalizers_kept()
-    # mqtool does no linear algebra: numpy's OpenBLAS need not start a thread per CPU at import
-    # (CPU and wall time in every process)
+    # no linear algebra: numpy's OpenBLAS need not start a thread per CPU at import
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         app()

@@ -27,8 +27,7 @@ def fail(message: str, code: int) -> None:
     raise typer.Exit(code)
 
 
-# What the machine refused, not a bug in mqtool: a full disk or quota, an unwritable or missing
-# output path, a directory where a file is expected, a read-only filesystem, an I/O error.
+# What the machine refused (full disk, bad path, read-only filesystem, I/O error), not a bug in mqtool.
 ENVIRONMENT_ERRORS = frozenset({
     errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
     errno.ENOENT, errno.ENOTDIR, errno.EISDIR, errno.EEXIST, errno.ENAMETOOLONG, errno.EMFILE, errno.ENFILE,

@@ -13,8 +13,7 @@ from ..store import offsets as progress
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, guarded, note, open_store, verdict_kept
 from .output import OutputFormat, emit_rows, iso_ms
 
-# The table's columns (headers wrap at their spaces; topic last: a long one runs past the edge) and
-# the JSON fields they show; "group" names the delay level or the timer on those rows.
+# The table's columns (topic last) and the JSON fields they show; "group" names the delay level or the timer there.
 TABLE = {"group": None, "queue": "queue_id", "offset": "offset", "relation": "relation", "min": "queue_min_offset", "max": "queue_max_offset",
          "lag": "lag_messages", "lag bytes": "lag_bytes", "next message": "next_store_timestamp", "topic": "topic"}
 TABLE_OPTIONAL = ("next message", "lag bytes")

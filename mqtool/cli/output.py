@@ -142,8 +142,7 @@ def _cell(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False) if isinstance(value, (dict, list)) else str(value)
 
 
-# The table heading of a field every command shows under a shorter name (its JSON field name stays);
-# any other field is headed by its name in words (``msg_id`` as "msg id"), as every table is.
+# Table headings shorter than the JSON field name; any other field is headed by its name in words (``msg_id``: "msg id").
 HEADERS = {"queue_id": "queue", "store_timestamp": "stored"}
 
 

@@ -99,8 +99,7 @@ def explain_interrupt(root: Path, backup: Path):
                          f"command that finishes it; or undo it with: {undo}"):
             yield
     except KeyboardInterrupt:
-        # what restore undoes: a backup set (its manifest is written before the first change) or a repair's stages, unless
-        # none has a journal event yet (``BackupSet.unused``: stopped before the apply began), which go with the directories
+        # what restore undoes: a backup set or a repair's stages, unless none has a journal event yet (``BackupSet.unused``)
         sets = repair_stages(backup) or ([backup] if (backup / "manifest.json").exists() else [])
         if read_pending(root) is not None or not all(BackupSet.unused(s) for s in sets):
             finish = f"`{finish_command(root, read_manifest(sets[-1]))}`" if sets else "the same command again (with --yes)"
@@ -495,8 +494,7 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
         stages.apply("recover", recover_plan, cache)
 
     def recovered(make):
-        # ``make`` of the store the stages so far left, under every era the recovery was (a rebuild's rules can differ
-        # where the recovery's did not): with the abort file gone, the store's marks may no longer tell some of them apart
+        # ``make`` on the store as the stages left it, under the recovery's eras (its marks may no longer tell them apart)
         with writer.interrupts_raised(), open_store(root, broker_config, broker_version) as opened:
             opened.assume_eras(eras)
             return make(opened)
