@@ -60,8 +60,7 @@ def _short(value: Any) -> str:
 
 
 def plans_per_candidate(store: Store, make_plan: Callable[[Store, Any, SharedScans | None], Plan], cache: Any = None) -> tuple[list, list[str], list[Plan]]:
-    """``make_plan(store, cache, scans)`` under each candidate (sharing scans; ``cache`` filled by the first only): (candidates,
-    eras' labels, plans), not compared. A decided store: its version alone."""
+    """``make_plan`` under each candidate, sharing scans: (candidates, eras' labels, plans), not compared."""
     if store.version_guess.version is not None:
         return [store.version_guess.version], [str(store.version_guess.version)], [make_plan(store, cache, None)]
     groups = candidate_groups(store)

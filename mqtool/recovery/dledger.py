@@ -44,8 +44,7 @@ def _index_ranges(store: Store, op: str, start: int, stop: int, note: str, creat
 
 
 def stale_unit_actions(store: Store, last_index: int) -> list:
-    """``repair``'s ``zero-range`` of the ``index/`` units past ``last_index``, up to the first all-zero one: the broker only
-    moves the write position (``MmapFileList.truncateOffset``, reference §15.4)."""
+    """``repair``'s ``zero-range`` of ``index/`` units past ``last_index`` (``MmapFileList.truncateOffset``, §15.4)."""
     cut = last_index + 1
     if (tail := store.commitlog.units_written_from(cut)) == cut:
         return []
@@ -54,8 +53,7 @@ def stale_unit_actions(store: Store, last_index: int) -> list:
 
 
 def stale_data_actions(store: Store) -> list:
-    """``repair``'s ``zero-range`` of the bytes after the end of DLedger's entry walk in its data file, up to the last non-zero
-    one. Beyond the broker: ``recover`` leaves them (``DLedgerLog.zeroes_after_cut``), and verify reads them on every walk."""
+    """``repair``'s ``zero-range`` of the data bytes after DLedger's entry walk, which ``recover`` leaves."""
     cl, end = store.commitlog, data_recovery(store.commitlog).end
     index = cl.segment_index(end.offset)
     if index is None or not cl.is_entry_file(seg := cl.segments[index]) or end.reason == StopReason.BLANK_LAST:

@@ -95,8 +95,7 @@ class RecoveryRun:
 
 
 class LogKind:
-    """What one kind of commit log's recovery decides, asked by ``recover.py``: ``start``, ``dispatches``, ``queue_cut``,
-    ``truncates_queues``, ``notes`` and ``checkpoint``."""
+    """What one kind of commit log's recovery decides, asked by the steps of ``recover.py``."""
 
     shows_walked = False  # the scan shows ``walked`` the rows where it checks the CRC
     zeroes_after_cut = True  # the plan zeroes the bytes after the cut in its segment (``planparts.commitlog_plan``)
@@ -231,8 +230,7 @@ class MixedFirstLoad(ClassicLog):
 
 
 def log_kind(store: Store) -> LogKind:
-    """The store's commit log kind. Without DLedger data files ``DLedgerCommitLog.recover`` recovers the
-    classic commit log ("the first time to load mixed commitlog", ``MixedFirstLoad``)."""
+    """The store's commit log kind (without DLedger data files, the classic log: ``MixedFirstLoad``)."""
     if store.recovers_dledger_data:
         from .dledger import DLedgerLog
         from ..store.dledgerstart import data_recovery

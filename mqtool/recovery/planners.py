@@ -25,8 +25,7 @@ def _under_candidates(one_version, name: str):
 
 
 def refuse_ext_entries(store, plan) -> None:
-    """Refuse a plan adding consume queue entries to a store with ``consumequeue_ext/``
-    (``enableConsumeQueueExt``, rules §3.9): mqtool writes no ext address nor ext unit."""
+    """Refuse adding entries to a store with ``consumequeue_ext/`` (rules §3.9): mqtool writes no ext unit."""
     ext = store.root / "consumequeue_ext" if store.root is not None else None
     if ext is None or not ext.is_dir() or not any(p.is_file() for p in ext.rglob("*")):
         return
@@ -37,8 +36,7 @@ def refuse_ext_entries(store, plan) -> None:
 
 
 def recovered_queues(store, options: PlanOptions = PlanOptions()) -> list[tuple[str, object, dict]]:
-    """The broker's next start as ``recover --dry-run`` plans it, under each candidate version, not compared: (eras, plan, (topic,
-    queue id) -> ``QueueSim`` with every placed unit readable)."""
+    """The broker's next start as ``recover --dry-run`` plans it, per candidate: (eras, plan, queue sims)."""
     options = dataclasses.replace(options, keep_placed=True)
     made: list[dict] = []
 

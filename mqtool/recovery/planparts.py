@@ -29,8 +29,7 @@ from ..store.rules import VersionRules
 
 
 def store_version(store: Store) -> tuple[BrokerVersion, str]:
-    """The version to plan under. Refused first: RocksDB consume queues (5.2.0+) and BatchConsumeQueue
-    topics (5.0.0+), whose records the broker dispatches elsewhere (reference §5.5, §5.6), and ``unloadable_files``."""
+    """The version to plan under; refused for RocksDB or batch consume queues (reference §5.5, §5.6)."""
     if store.root is not None:
         if (store.path("consumequeue", "CURRENT")).exists():
             raise BadInput(f"{store.path('consumequeue')}: a RocksDB consume queue store (storeType=defaultRocksDB) is not supported")
@@ -48,8 +47,7 @@ def store_version(store: Store) -> tuple[BrokerVersion, str]:
 
 
 def odd_queue_directory(store: Store) -> None:
-    """Refuse a store with a queue directory not named by its id's decimal (``01``, ``+1``): the broker reads that queue in
-    ``<topic>/<id>`` (``loadConsumeQueue`` @4.9.7, ``ConsumeQueueStore.load`` @5.3.3); or one with a file at a queue's path."""
+    """Refuse a queue directory not named by its id's decimal (``01``), or a file at a queue's path."""
     if (blocked := next(iter(store.queue_path_files), None)) is not None:  # a plan's writes there fail as the broker's do
         raise Refused(f"{blocked.relative_to(store.root)}: no directory, where the broker reads and writes queue {blocked.name} of "
                       f"{blocked.parent.name}: it cannot write that queue, nor can a plan; no plan is made on such a store: move it aside "
@@ -63,8 +61,7 @@ def odd_queue_directory(store: Store) -> None:
 
 
 def unloadable_files(store: Store) -> None:
-    """Refuse a store the broker refuses to start on for its commit log (``nextstart.log_refusal``, rules §2.13), with a dangling
-    symlink file (``nextstart.unmounted_file``), or with one in index/ the start creates (``nextstart.created_link``)."""
+    """Refuse a store the broker refuses to start on for its commit log or index/ (rules §2.13)."""
     from ..store.nextstart import created_link, log_refusal, unmounted_file
 
     if (unmounted := unmounted_file(store)) is not None:
@@ -85,8 +82,7 @@ def unloadable_files(store: Store) -> None:
 
 
 def unwritable_checkpoint(store: Store) -> None:
-    """Refuse a recovery whose checkpoint write or abort removal cannot be carried out: ``checkpoint`` is a directory, on
-    which the broker refuses to start too (``nextstart.checkpoint_refusal``), or ``abort`` is one; ``repair`` moves it out first."""
+    """Refuse a recovery whose checkpoint or abort is a directory (``nextstart.checkpoint_refusal``)."""
     from ..store.nextstart import checkpoint_refusal
 
     if (why := checkpoint_refusal(store, "")) is not None:
@@ -98,8 +94,7 @@ def unwritable_checkpoint(store: Store) -> None:
 
 
 def config_options(store: Store) -> dict:
-    """The settings a saved plan is applied with (``apply`` reopens the store with them): the broker config's commit log and
-    DLedger paths, ``dLegerSelfId`` and ``mappedFileSizeTimerLog``, so the apply reads the log the plan read."""
+    """The broker config settings a saved plan is applied with, so the apply reads the log the plan read."""
     c = store.config
     geometry = store.index_geometry
     where = {"commitlog_dirs": [str(Path(d).resolve()) for d in c.commitlog_dirs] if c.commitlog_dirs else None, "dledger": c.dledger,
@@ -143,8 +138,7 @@ class ScanResult:
 
 def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool, accept_v2: bool, *,
                    zeroes: bool = True) -> tuple[CommitLogPlan, LostMessages, list[Action]]:
-    """The cut of the commit log where ``scan`` ended: later segments deleted (``truncateDirtyFiles``), and with ``zeroes`` the
-    bytes after it zeroed (beyond the broker; ``LogKind.zeroes_after_cut``)."""
+    """The cut where ``scan`` ended: later segments deleted (``truncateDirtyFiles``), with ``zeroes`` the rest zeroed."""
     cl = store.commitlog
     end = scan.end
     actions: list[Action] = []
@@ -174,8 +168,7 @@ def commitlog_plan(store: Store, scan: ScanResult, lost_limit: int, legacy: bool
 
 
 def index_gaps(store: Store, index_plan: IndexPlan, end: int, legacy: bool) -> list[tuple[int, int]]:
-    """Commit log ranges below ``end`` with a keyed record that no index file covers (files are
-    contiguous in the broker: each begins with the first keyed record after the previous one)."""
+    """Commit log ranges below ``end`` with a keyed record that no index file covers."""
     gaps = []
     prev_end = None  # offset of the last indexed record so far (None: no file indexes any)
     begins = {f.name: f.header.begin_phy_offset for f in store.index_files}  # a file this plan creates is contiguous by construction
@@ -276,24 +269,21 @@ class PhaseCounts:
 
 
 def multi_dispatch(store: Store, rules: VersionRules) -> MultiDispatch | None:
-    """The store's LMQ dispatch where its broker writes one (from 4.9.3: rules §3.12), with 4.9.3's throw on a record without
-    properties and whether it is known on (``Store.multi_dispatch_on``)."""
+    """The store's LMQ dispatch where its broker writes one (from 4.9.3: rules §3.12)."""
     if not store.multi_dispatch or rules.lmq_rule == NO_MULTI_DISPATCH:
         return None
     return MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule, store.no_properties_npe, store.multi_dispatch_on)
 
 
 def reput_notify(store: Store, rules: VersionRules) -> MultiDispatch | None:
-    """What 4.9.3-4.9.8's reput reads for its long-polling notify, which parses every record's LMQ offsets whatever
-    multi-dispatch (``formats.dispatch.LmqNotifyThrows``; ``verify.lmq.reput_notifies``), or None: no such notify."""
+    """What 4.9.3-4.9.8's reput reads for its long-polling notify (``LmqNotifyThrows``), or None."""
     if not (store.config.reput_notifies and rules.reput_from_cq_max and rules.lmq_rule != NO_MULTI_DISPATCH):
         return None
     return MultiDispatch(store.commitlog, rules.legacy_properties, rules.lmq_rule)
 
 
 def refusal(exc: DispatchThrows) -> Refused:
-    """Why no plan is the broker's outcome at a record whose dispatch or reput notify throws (``DispatchThrows``): the broker
-    never gets past it; where ``undecided``, what decides."""
+    """Why no plan can pass a record whose dispatch or reput notify throws (``DispatchThrows``)."""
     if exc.undecided == UNDECIDED_RELEASE:
         return Refused(f"cannot tell which broker version wrote this store (its marks leave E12, 4.9.3-4.9.8, which `mqtool info` "
                        f"shows), and the record at {exc.offset} {exc.why}, where 4.9.4-4.9.8 dispatch it: pass --broker-version with "
@@ -314,8 +304,7 @@ def refusal(exc: DispatchThrows) -> Refused:
 
 
 def way_out(setting: str, then: str) -> str:
-    """``refusal``'s next step: the broker setting under which the record does not throw (``checkMultiDispatchQueue``;
-    ``doReput``'s notify, @4.9.7, 5.3.3), given as ``--broker-config``, or ``salvage``, which reads past it."""
+    """``refusal``'s next step: the broker setting under which it does not throw, or ``salvage``."""
     return (f"to get past it, set {setting} in broker.conf (the broker then {then}) and pass it as --broker-config, "
             "or copy the messages out with `mqtool salvage`")
 
@@ -329,8 +318,7 @@ def planned_entries(batch, names: list[str], multi: MultiDispatch | None):
 
 
 def feed(batch, topics: TopicTable, sims: dict, store: Store, rules: VersionRules, index_writer, counts: PhaseCounts, *, keep_placed: bool = False) -> None:
-    """One dispatched batch into the queue simulations and the index placement (``keep_placed``: of a
-    queue the dispatch creates, as ``QueueSim.keep_placed``)."""
+    """One dispatched batch into the queue simulations and the index placement."""
     if len(batch) == 0:
         return
     counts.records += len(batch)
@@ -373,8 +361,7 @@ def index_placement(store: Store, rules: VersionRules, kept: list, dropped: list
 
 def index_plan_of(store: Store, kept: list, dropped: list, writer: IndexPlacement | None, enabled: bool,
                   indexed_from: int | None) -> tuple[IndexPlan, list[Action]]:
-    """The index part of a recovery's plan: ``dropped`` files deleted (by ``IndexService.load`` after an abnormal exit),
-    ``kept`` ones kept or appended to, and the files ``writer`` created (a rebuild's: ``rebuild._rebuilt_index``)."""
+    """The index part of a recovery's plan: files ``dropped``, ``kept`` or appended to, and those ``writer`` made."""
     slots, num = geometry(store)
     files, actions = [], []
     results = {}

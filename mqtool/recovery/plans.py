@@ -28,8 +28,7 @@ class Fingerprint:
 
 @dataclass(frozen=True)
 class Message:
-    """A message named by a plan (lost by a cut, or the first invalid record; ``topic`` is None
-    when only the record's fixed header still decodes)."""
+    """A message named by a plan; ``topic`` None when only the record's fixed header decodes."""
 
     offset: int
     size: int
@@ -46,8 +45,7 @@ class Message:
 
 @dataclass(frozen=True)
 class CommitLogPlan:
-    """Where the valid commit log ends (``valid_end``, ``end_reason``) and what is cut (``[zero_from, zero_to)`` of
-    ``cut_segment`` zeroed, ``delete_segments`` removed)."""
+    """Where the valid commit log ends (``valid_end``, ``end_reason``) and what is zeroed and deleted."""
 
     min_offset: int
     end_of_files: int
@@ -135,8 +133,7 @@ class QueueFile:
 
 @dataclass(frozen=True)
 class MisplacedEntry:
-    """An entry written at its queue's write position, not its record's QUEUEOFFSET (``putMessagePositionInfo``, reference §5.10);
-    ``offset``: the record's."""
+    """An entry written at its queue's write position, not its record's QUEUEOFFSET (reference §5.10)."""
 
     queue_offset: int
     offset: int
@@ -213,8 +210,7 @@ class Action:
 
 @dataclass(frozen=True)
 class Expected:
-    """A finding ``verify`` will report after the plan is applied: ``lost_data`` when it names
-    data that is gone, else the repair step that removes it (``fixed_by``, None: none)."""
+    """A finding ``verify`` will report after the plan: ``lost_data``, else the step that removes it (``fixed_by``)."""
 
     kind: str
     severity: str

@@ -85,8 +85,8 @@ class QueueSim:
 
     @classmethod
     def of_store(cls, store: "Store", topic: str, queue_id: int, *, rules: VersionRules) -> "QueueSim":
-        """A queue the dispatch creates in ``consumequeue/<topic>/<queue id>`` (``ConsumeQueue``'s path); refused for a name that
-        is not one directory there (rules §3.12): the broker would write beside another queue or outside the store."""
+        """A queue the dispatch creates in ``consumequeue/<topic>/<id>``; refused where that is not one directory (rules §3.12).
+        """
         if not topic or "/" in topic or "\0" in topic or topic in (".", ".."):
             raise Refused(f"the broker would write queue {topic!r} {queue_id} at consumequeue/{topic}/{queue_id}, which is not a queue "
                           f"directory of its own (the name is empty, a dot directory or holds '/'); mqtool does not write there")
@@ -126,8 +126,7 @@ class QueueSim:
         return QueueState(None if self.state[S_WRITE] < 0 else int(self.state[S_WRITE]), int(self.state[S_MAX_PHYS]))
 
     def place(self, qoff: np.ndarray, phys: np.ndarray, size: np.ndarray, tags: np.ndarray | None = None) -> int:
-        """``putMessagePositionInfo`` of one queue's dispatched records; returns units placed. With
-        ``tags`` the placed units are compared with the original files (``differs``)."""
+        """``putMessagePositionInfo`` of one queue's records; returns units placed (with ``tags``: compared, ``differs``)."""
         pos = np.empty(qoff.shape[0], dtype=np.int64)
         self.state[S_FILL_FROM] = -1
         placed = place_units(qoff, phys, size, self.state, self.file_size, self.dedup_by_end, self.repeat_guard, pos)
@@ -176,14 +175,12 @@ class QueueSim:
             self._originals.close()  # nothing more to compare
 
     def equals_original(self) -> bool:
-        """The files a rebuild writes hold the original files' bytes: the same files, each of the
-        configured size, whose only non-zero units are the placed ones."""
+        """Whether the rebuilt files hold the original files' bytes: same files and sizes, only the placed units."""
         return (bool(self.original) and not self.differs and set(self.files) == set(self.original)
                 and all(p.stat().st_size == self.file_size for p in self.original.values()) and self._nonzero_units_from(0) == self.added + self.fillers)
 
     def _prune(self) -> None:
-        """Keep placed units only where later steps read them (first and last file, or all with ``keep_placed``), spilled in
-        placing order, so a queue holds at most ``PRUNE_EVERY`` placed units in memory."""
+        """Keep placed units only where later steps read them, spilled, at most ``PRUNE_EVERY`` in memory."""
         keep = sorted(self.files) if self.keep_placed else sorted({min(self.files), max(self.files)})
         kept = [part for chunk in self._chunks for base in keep for part in [_clip(chunk, base, base + self.file_size)] if part is not None]
         self._spilled += [(start, SPILL.put(phys, size), len(phys)) for start, phys, size in kept]  # in placing order
@@ -288,8 +285,7 @@ class QueueSim:
         return min(starts) if starts else None
 
     def units_in(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-        """(phys, size) of the units the queue serves at ``[lo, hi)`` after every step: the last placed unit, else the original
-        file's, zeros in a deleted file. Complete only with ``keep_placed``."""
+        """(phys, size) of the units served at ``[lo, hi)`` after every step (complete only with ``keep_placed``)."""
         lo, hi = max(lo - lo % ENTRY, 0), min(hi, self.end)
         phys, size = np.zeros(max(hi - lo, 0) // ENTRY, dtype=np.int64), np.zeros(max(hi - lo, 0) // ENTRY, dtype=np.int64)
         for base in range(lo - lo % self.file_size, hi, self.file_size):

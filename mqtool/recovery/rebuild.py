@@ -50,8 +50,7 @@ class RebuildScan:
 
     def _scanner(self, start: int, stop: int | None, discipline: str, *, ahead: bool = False,
                  commitlog: CommitLog | None = None) -> DispatchScanner:
-        """No CRC check on DLedger data (``DLedgerMmapFileStore.recover`` checks none, §15.4). ``commitlog``: another view of
-        the log's files (a record whose DLedger entry header alone is broken, walked in its file alone), not shared."""
+        """No CRC check on DLedger data (§15.4); ``commitlog``: an unshared view for broken entry headers."""
         check_crc = discipline == "recovery" and self.store.config.check_crc_on_recover and not self.store.is_dledger
         return scan_phase(self.scans if commitlog is None else None, commitlog or self.store.commitlog, start, stop, discipline=discipline,
                           tags=TAGS_DELIVERY_TIME, delay_table=self.store.delay_table, legacy_properties=self.rules.legacy_properties,
@@ -90,8 +89,7 @@ class RebuildScan:
 
 
 def _skipped_note(store: Store, end: ScanEnd) -> str:
-    """The plan's note on damage the rebuild walked past: of a DLedger entry whose header alone is broken, that the record
-    inside is dispatched (``record_in_broken_entry``, where ``RebuildScan`` and the ``served`` scanner read it)."""
+    """The note that a record inside a DLedger entry with a broken header is dispatched (``record_in_broken_entry``)."""
     from ..store.dledgerstart import record_in_broken_entry
 
     resume = store.commitlog.resume_after_damage(end) if store.is_dledger else None
@@ -112,8 +110,7 @@ def _rebuilt_queue(sim: QueueSim, q, clmin: int, rules: VersionRules) -> QueuePl
 
 def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None,
                                 scans: SharedScans | None = None) -> Plan:
-    """Regenerate the selected consume queues as the broker's reput writes missing ones (§8.12, fillers
-    §5.3) over ``RebuildScan``: files it does not produce are deleted, a queue already equal is left alone."""
+    """Regenerate the selected consume queues as the broker's reput writes them (§8.12, fillers §5.3)."""
     store.path()
     version, source = store_version(store)
     rules = VersionRules(version)
@@ -194,8 +191,7 @@ def _not_rebuilt(store: Store, old: list) -> tuple[list[Action], list]:
 
 
 def _left_out(store: Store, left: list, names: list[str]) -> list[str]:
-    """The note of the first entry of index/ the rebuild leaves that some era's ``IndexService.load`` stops at (3.2.6-5.0.0,
-    ``mappedfile.load_effect``), so it starts without the later files ``names``; or none."""
+    """The note of the first left entry of index/ some era's ``IndexService.load`` stops at (3.2.6-5.0.0), or none."""
     for entry, size, _ in left:
         later = sum(name > entry.path.name for name in names)
         if (eras := stray_effects(store.version_guess.eras, entry, size, later, INDEX_SERVICE).get(LEFT_OUT)):
@@ -259,8 +255,7 @@ REPLACED = "replaced by the rebuild"
 
 
 def _rebuilt_index(store: Store, old: list, writer: ComparedIndex, indexed_from: int) -> tuple[IndexPlan, list[Action]]:
-    """The index part of a rebuild's plan: each rebuilt file under the name it replaces, unchanged where it holds its bytes, else
-    rewritten, then created; the files past the last deleted."""
+    """The index part of a rebuild's plan: each file unchanged, rewritten, created, or deleted past the last."""
     slots, num = geometry(store)
     writer.close()
     files, actions = [], []
@@ -279,8 +274,7 @@ def _rebuilt_index(store: Store, old: list, writer: ComparedIndex, indexed_from:
 
 
 def unchanged_note(what: str, unchanged: int, total: int, empty: bool) -> list[str]:
-    """What a rebuild leaves alone because it already holds the rebuild's bytes (of ``total`` consume queues or index files):
-    the plan's "nothing to rebuild" line when it has nothing else to do (``empty``), the count otherwise."""
+    """The plan's note on the ``total`` files already equal to the rebuild (``empty``: "nothing to rebuild")."""
     if total and unchanged == total and empty:
         return [f"nothing to rebuild: every {what} already equals the rebuild"]
     return [f"{unchanged} of {total} {what}s already equal the rebuild: left as they are"] if unchanged else []
@@ -288,8 +282,7 @@ def unchanged_note(what: str, unchanged: int, total: int, empty: bool) -> list[s
 
 def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None,
                                    scans: SharedScans | None = None) -> Plan:
-    """Regenerate every index file (``IndexService.buildIndex`` over ``RebuildScan``), leaving alone files that already hold the
-    bytes; indexMsgTimestamp becomes the end time of the last full file (0: none)."""
+    """Regenerate every index file (``IndexService.buildIndex``), and indexMsgTimestamp with it."""
     store.path()
     version, source = store_version(store)
     rules = VersionRules(version)

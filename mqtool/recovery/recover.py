@@ -142,8 +142,7 @@ def _cut(run: RecoveryRun, kind: LogKind) -> None:
 
 
 def _lost_notes(run: RecoveryRun) -> None:
-    """What the cut throws away: valid messages after damage (first of all notes, naming ``salvage`` first: README's incident
-    section, it saves what a --yes zeroes), stale records."""
+    """What the cut throws away: valid messages after damage (naming ``salvage`` first), stale records."""
     lost, end, cl_plan = run.lost, run.end, run.cl_plan
     stale = (f"{lost.stale} stale record(s) ({lost.stale_bytes} bytes) after {end}: stale records the broker overwrote (not lost now); "
              "stored before the records it keeps, they are history it cut back and wrote over, and dropped then") if lost.stale else None
@@ -249,8 +248,7 @@ def _checkpoint(run: RecoveryRun, kind: LogKind) -> tuple[CheckpointPlan | None,
 
 def plan_truncate_dirty_one_version(store: Store, options: PlanOptions = PlanOptions(), *, with_crc: bool = False, cache: DispatchCache | None = None,
                                     scans: SharedScans | None = None) -> Plan:
-    """The commit log and consume queues cut after the last valid record, as ``truncateDirtyFiles`` /
-    ``truncateDirtyLogicFiles`` do, under one version. No dispatch, no index, no checkpoint."""
+    """The log and queues cut after the last valid record (``truncateDirtyFiles``), under one version."""
     return plan_recover_one_version(store, options, command="truncate-dirty", with_crc=with_crc, scans=scans)
 
 

@@ -68,8 +68,7 @@ class RepairStep:
 
 @dataclass(frozen=True)
 class RepairPlan:
-    """What ``repair`` will do: ``files`` (file-level fixes) and ``recover`` exact; the later steps
-    ``predicted`` from today's findings (planned again when applied); ``remaining``: lost data."""
+    """What ``repair`` will do: ``files`` and ``recover`` exact, later steps ``predicted``; ``remaining``: lost data."""
 
     store: str
     created_ms: int
@@ -104,8 +103,7 @@ def config_readings(store: Store | None) -> set[bool]:
 
 def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size: int | None = None,
                     readings: set[bool] | None = None) -> tuple[list[RepairStep], Plan | None]:
-    """Stray files and files of the wrong length the broker refuses, from the directory listings alone (rules §2.13). Without
-    ``store``: ``timer_log_file_size`` from broker.conf (None: none) and ``readings`` as ``config_readings``'s."""
+    """Stray and wrong-length files the broker refuses, from the directory listings alone (rules §2.13)."""
     root = Path(root)
     steps: list[RepairStep] = []
     actions: list[Action] = []
@@ -221,8 +219,7 @@ def plan_file_fixes(root: Path, store: Store | None = None, timer_log_file_size:
 
 
 def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
-    """``(name, what it is, what the broker does)`` of each single file the broker opens by name and cannot use
-    (``nextstart.unusable``): the checkpoint, ``nextstart.OPENED_FIRST``'s, ``abort``, ``config/*.json`` and its ``.bak``."""
+    """``(name, what, broker's reaction)`` of each file the broker opens by name and cannot use (``nextstart.unusable``)."""
     if (found := unusable(root / "checkpoint", "checkpoint")) is not None:
         yield "checkpoint", found[0], f"StoreCheckpoint cannot {found[1]} it and DefaultMessageStore.load fails (every release)"
     what = not_a_file(root / "abort")
@@ -249,14 +246,12 @@ def _unusable_files(root: Path) -> Iterator[tuple[str, str, str]]:
 
 
 def abort_quarantined(files: Plan | None) -> bool:
-    """Whether the file fixes move a directory named ``abort`` out, after which the broker's recovery is still the
-    abnormal one it announced (``_unusable_files``)."""
+    """Whether the file fixes move out a directory named ``abort``: the recovery stays abnormal (``_unusable_files``)."""
     return files is not None and any(a.op == "quarantine" and a.path == "abort" for a in files.actions)
 
 
 def _wheel_fix(root: Path, resize) -> None:
-    """A ``timerwheel`` of another length than ``2 x slotsTotal x 32``, which ``TimerWheel`` refuses
-    (reference §9): padded with empty slots or trimmed."""
+    """A ``timerwheel`` of a length ``TimerWheel`` refuses (reference §9): padded with empty slots or trimmed."""
     wheel = root / "timerwheel"
     if not wheel.is_file():
         return
@@ -268,8 +263,7 @@ def _wheel_fix(root: Path, resize) -> None:
 
 
 def _size_from_name(path: Path, size: int) -> int:
-    """The size of a lone file of a mapped file queue: its own, unless it does not divide the file's
-    name (an offset, so a multiple of the size): then the largest power of two dividing the name."""
+    """A lone mapped file's size: its own, unless it does not divide the name; then the largest power of two that does."""
     base = int(path.name)
     return base & -base if base and base % size else size
 
@@ -283,8 +277,7 @@ def _size_dividing_names(bases: list[int], inferred: int, smallest: int) -> int:
 
 
 def _dledger_index_size(path: Path, size: int) -> int:
-    """A lone DLedger index file's size: its own if a whole number of units; else the power of two below it when the unit before
-    is unwritten, else ``DLedgerConfig.mappedFileSizeForEntryIndex``."""
+    """A lone DLedger index file's size: its own if whole units, else a power of two or DLedger's default."""
     from ..formats import dledger as dfmt
     from ..store.dledger import DLEDGER_INDEX_FILE_SIZE  # only for a DLedger store
 
@@ -338,8 +331,7 @@ def _index_strays(root: Path, store: Store | None, quarantine) -> None:
 
 
 def _topic_strays(root: Path, store: Store | None, quarantine) -> None:
-    """Quarantine each entry of a topic's ``consumequeue/`` folder named by no queue id where some era refuses to start on it
-    (3.2.6's ``loadConsumeQueue`` throws; 4.0.0+ skip it, and it stays)."""
+    """Quarantine topic folder entries named by no queue id where 3.2.6's ``loadConsumeQueue`` throws on them."""
     eras = store.version_guess.eras if store is not None else ERAS
     for entry in topic_strays(root / "consumequeue"):
         if stray_differs(stray_effects(eras, entry, None, False, LOAD_CONSUME_QUEUE)):
@@ -437,8 +429,7 @@ class CutSegment:
 
 
 def _cut_segment_end(root: Path, path: Path, base: int, size: int, segment_size: int) -> CutSegment | None:
-    """Where an end-of-file blank goes in a short segment before the last, so recovery and ``doReput`` roll to the next file
-    rather than stop at zeros (rules §1.1, §1.12, §1.17). None: other damage ends the records first, or its own blank is whole."""
+    """Where an end-of-file blank goes in a short segment before the last, so recovery rolls on (rules §1.1, §1.12, §1.17)."""
     from ..formats import commitlog as clfmt
     from ..store import fastscan as fs
     from ..store.segments import SegmentTask, analyze_segment
@@ -468,8 +459,7 @@ def _cut_wheel_slots(listing: TimerLogListing, walked: WalkedTimer) -> list[int]
 
 
 def _tail_wheel_slots(tails: list[tuple[int, int]], walked: WalkedTimer) -> list[int]:
-    """The read ``timerwheel`` slots whose first and last units lie in one of ``tails`` (cut files before the last): nothing
-    revises them and ``dequeue`` follows the blank's prevPos 0 back to unit 0 (5.0.0-5.3.3)."""
+    """Read wheel slots wholly in the cut ``tails`` of timer log files: ``dequeue`` follows prevPos 0 to unit 0 (5.0.0-5.3.3)."""
     return [s.slot for s in walked.read if walked.wheel.reads(s) and any(a <= s.first_pos <= s.last_pos < b for a, b in tails)]
 
 
@@ -485,8 +475,7 @@ class WalkedTimer(NamedTuple):
 
 
 def _walked_timer(root: Path, listing: TimerLogListing) -> WalkedTimer | None:
-    """The timer store as ``recoverAndRevise`` (5.0.0-5.3.3) walks it once padded: each file alone, up to its blank or its last
-    whole unit; None without a timer store or timer log file."""
+    """The timer store as ``recoverAndRevise`` (5.0.0-5.3.3) walks it once padded; None without a timer log."""
     timer = TimerStore.open(root)
     if timer is None or not listing.files:
         return None
@@ -530,8 +519,7 @@ def _relinked_slots(listing: TimerLogListing, cleared: set[int], walked: WalkedT
 
 
 def _timer_log_blank(path: Path, base: int, file_size: int) -> int | None:
-    """Where an end-of-file blank goes in a short timer log file before the last, so ``recoverAndRevise`` (5.0.0-5.3.3) goes on to
-    the next file. None: the file's own blank is whole, or damage ends its units first."""
+    """Where an end-of-file blank goes in a short timer log file before the last (``recoverAndRevise``, 5.0.0-5.3.3)."""
     log = TimerLog([(base, path)])
     pos = sum(1 for _ in log.walk()) * tfmt.UNIT_SIZE
     with MappedFile(path) as mf:
@@ -564,8 +552,7 @@ def _entries_into(root: Path, start: int, stop: int) -> tuple[tuple, tuple, str 
 
 
 def _files(directory: Path, *, dirs: bool = False, linked_files: bool = False) -> list[os.DirEntry]:
-    """The files (``dirs``: directories) in ``directory`` by name, FIFOs, sockets and devices included (``File.listFiles``);
-    ``linked_files``: symlinks to files too. None if not a directory."""
+    """The files (``dirs``: directories) in ``directory`` by name, as ``File.listFiles`` lists them; none if absent."""
     def wanted(e: os.DirEntry) -> bool:
         if dirs:
             return e.is_dir(follow_symlinks=False)
@@ -633,8 +620,7 @@ def triage(findings: Iterable[Finding], last_timestamp: int | None = None) -> Tr
 
 
 class _LostData:
-    """The lost records a triage found: their byte ranges and the queues with an entry in one; and
-    the entries those queues can have mended in place (``mended``)."""
+    """The lost records' byte ranges, the queues with an entry in one, and the entries mended in place (``mended``)."""
 
     def __init__(self, findings: list[Finding], ranges: list[tuple[int, int]]):
         self.ranges = ranges
@@ -728,8 +714,7 @@ def unit_fixes(store: Store, findings: list[Finding]) -> list[Action]:
 
 
 def _entries_of_records(store: Store, missing: Finding) -> list[Action]:
-    """``fill-units`` writing each record of a ``cq-entry-missing`` run into its QUEUEOFFSET's unit,
-    as the dispatch would (``dispatch_request``), where that unit points elsewhere (``_LostData._astray``)."""
+    """``fill-units`` writing each record of a ``cq-entry-missing`` run into its QUEUEOFFSET's unit (``dispatch_request``)."""
     d = missing.details
     topic, queue_id = d["topic"], int(d["queue_id"])
     queue = store.consume_queue(topic, queue_id)
@@ -857,8 +842,7 @@ def plan_state_fixes(store: Store, t: Triage) -> Plan | None:
 
 
 def predict_after_recovery(findings: Iterable[Finding], recover: Plan, store: Store, last_timestamp: int | None) -> list[Finding]:
-    """``verify``'s findings today that ``recover`` leaves, with ``checkpoint-ahead``, ``index-keys-missing`` and
-    ``consumer-offset-range`` judged on the store as the recovery leaves it."""
+    """``verify``'s findings today that ``recover`` leaves, judged on the store as the recovery leaves it."""
     cl = recover.commitlog
     end = cl.valid_end if cl is not None else None
     dropped = {f"index/{f.name}" for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
@@ -916,8 +900,7 @@ def unqueued_findings(store: Store, recover: Plan) -> list[Finding]:
 
 
 def _partly_redispatched(f: Finding, cq_from: int | None, store: Store) -> Finding:
-    """``f``, or for a ``cq-entry-missing`` run the recovery re-dispatches from ``cq_from`` on, a row that says so in the queue
-    file verify then names."""
+    """``f``, or for a ``cq-entry-missing`` run the recovery re-dispatches from ``cq_from``, a row that says so."""
     d = f.details or {}
     if (f.kind != "cq-entry-missing" or cq_from is None or f.offset is None or "first_queue_offset" not in d or "reput_resumes_at" in d
             or not f.offset < cq_from <= d.get("last_offset", -1)):
@@ -960,8 +943,7 @@ def _replaced(findings: list[Finding], kind: str, which: Callable[[Finding], boo
 
 
 def _unindexed_after(store: Store, recover: Plan, ix_from: int | None) -> list[Finding] | None:
-    """The ``index-keys-missing`` verify reports after ``recover`` deletes index files and re-indexes only from ``ix_from`` (rules
-    §6); None where it deletes none or re-indexes every record."""
+    """The ``index-keys-missing`` after ``recover`` deletes index files and re-indexes from ``ix_from`` (rules §6)."""
     dropped = {f.name for f in (recover.index.files if recover.index else ()) if f.action == "delete"}
     if not dropped or store.unreadable_index is not None or (ix_from is not None and ix_from <= store.commitlog.min_offset):
         return None
@@ -990,8 +972,7 @@ def _at_or_after(offset: int | None, start: int | None) -> bool:
 
 
 def _units_fixed(f: Finding, recover: Plan) -> bool:
-    """A ``dledger-index`` finding of a unit DLedger's recovery rewrites (``write-dledger-index``); not one of units past the
-    last entry, which it leaves (``stale_unit_actions``)."""
+    """A ``dledger-index`` finding of a unit DLedger's recovery rewrites (not one past the last entry)."""
     from ..formats import dledger as dlfmt  # only for a DLedger store's finding
 
     number = (f.details or {}).get("index")
@@ -1000,8 +981,7 @@ def _units_fixed(f: Finding, recover: Plan) -> bool:
 
 
 def settled_checks(store: Store, recover: Plan) -> frozenset[str]:
-    """The cross checks (``cq``, ``index``) whose every finding today ``recover`` removes, so ``verify_after`` skips them. None on
-    a DLedger store or one with LMQ queues."""
+    """The cross checks whose every finding ``recover`` removes (``verify_after`` skips them); None on DLedger or LMQ."""
     if not _only_plain_queues(store):
         return frozenset()
     clmin = store.commitlog.min_offset
@@ -1117,8 +1097,7 @@ def _left_by_file_fixes(store: Store, findings: list[Finding], fixed: dict[int, 
 
 
 def start_after_recovery(store: Store, recover: Plan) -> ScanStart | None:
-    """Where the broker's next start after ``recover`` scans from, for an abnormal recovery that removes the abort file of a
-    3.2.6-5.3.1 classic store (``startfile.recovery_start``); None otherwise."""
+    """Where the next start after an abnormal ``recover`` of a 3.2.6-5.3.1 classic store scans from; else None."""
     cl = recover.commitlog
     if cl is None or recover.mode != "abnormal" or not recover.remove_abort or store.is_dledger or store.rules.normal_start_from_cq_max:
         return None
@@ -1137,8 +1116,7 @@ def next_start_cut(store: Store, recover: Plan, findings: list[Finding], start: 
 
 
 def cut_marked(findings: list[Finding], cut: tuple[ScanStart, ScanEnd] | None) -> list[Finding]:
-    """``findings`` with the damage where the next start ends the log marked ``cut_by_next_start``, as verify marks it after the
-    recovery, so ``triage`` takes every later record for lost."""
+    """``findings`` with the damage where the next start ends the log marked ``cut_by_next_start``, as verify marks it."""
     if cut is None:
         return findings
     return [dataclasses.replace(f, details={**(f.details or {}), "cut_by_next_start": True})
@@ -1146,8 +1124,7 @@ def cut_marked(findings: list[Finding], cut: tuple[ScanStart, ScanEnd] | None) -
 
 
 def up_to_cut(store: Store, rows: list[Expected], cut: tuple[ScanStart, ScanEnd] | None) -> list[Expected]:
-    """``rows`` before the end where the next start ends the log (``next_start_cut``), then one row for what verify finds from
-    there on."""
+    """``rows`` before where the next start ends the log (``next_start_cut``), then one row for what follows."""
     if cut is None:
         return rows
     start, end = cut
@@ -1185,8 +1162,7 @@ def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep
 
 def plan_repair(store: Store | None, root: Path, recover: Plan | None, findings: list[Finding] | None, last_timestamp: int | None, *,
                 recover_error: str | None = None, timer_log_file_size: int | None = None, readings: set[bool] | None = None) -> RepairPlan:
-    """The whole repair as shown before ``--yes``: file fixes and the broker's recovery exactly, the
-    later steps predicted from today's ``findings``."""
+    """The whole repair as shown before ``--yes``: file fixes and recovery exact, later steps predicted."""
     steps, files = plan_file_fixes(root, store, timer_log_file_size, readings)
     notes = []
     sound = findings is not None and not findings and not steps  # before the later steps

@@ -26,8 +26,7 @@ class _Recorded(NamedTuple):
 
 
 class SharedScans:
-    """The scans of one ``plan_under_candidates``: ``recording`` says whether a scan made now may
-    be asked for again (not under the last candidate)."""
+    """The scans of one ``plan_under_candidates``; ``recording``: whether a scan may be asked for again."""
 
     def __init__(self, topics: TopicTable):
         self.topics = topics
@@ -38,8 +37,7 @@ class SharedScans:
 
     @classmethod
     def worth_it(cls, store: Store, cache: DispatchCache | None) -> "SharedScans | None":
-        """Scans shared for ``store``'s candidates, numbering topics into the apply cache's table, or
-        None where its commit log is too small to gain."""
+        """Shared scans for ``store``'s candidates, or None where its commit log is too small to gain."""
         cl = store.commitlog
         if not cl.segments or cl.end_of_files - cl.min_offset < SHARED_MIN_BYTES:
             return None
