@@ -35,14 +35,12 @@ WIDEST = 2**63 - 1  # no size, offset, time or id a journal event or manifest ho
 
 
 def staging_path(store_root: Path, final: Path) -> Path:
-    """Where a store file is written before it is renamed into place: the staging directory, never
-    the file's own (``MappedFileQueue.load`` refuses a file whose name is not an offset)."""
+    """Where a store file is written before its rename: the staging directory (``MappedFileQueue.load`` lists the file's own)."""
     return Path(store_root) / STAGING_DIR / _flat(os.path.relpath(final, store_root), 20)
 
 
 def work_path(store_root: Path, target: Path) -> Path:
-    """Where a whole file replacing ``target`` is written before ``install`` renames it: the staging directory, or beside the file
-    when its folder is on another file system, which no rename reaches."""
+    """Where a file replacing ``target`` is written before ``install``: the staging directory, or beside it across a mount."""
     tmp = staging_path(store_root, target)
     makedirs(tmp.parent)
     return tmp if os.stat(tmp.parent).st_dev == os.stat(target.parent).st_dev else beside(target)
@@ -112,8 +110,7 @@ def keep_room(reserve: Path, size: int) -> None:
 
 
 def with_room(reserve: Path, need: int, write: Callable, where: Path | None = None):
-    """``write()``, retried each time the disk refuses it for room (ENOSPC, EDQUOT) while ``reserve`` (on ``where``'s file system)
-    gives back ``need`` bytes and a block: the room ``BackupSet.create`` took before the first change."""
+    """``write()``, retried on ENOSPC/EDQUOT while ``reserve`` gives back ``need`` bytes (``BackupSet.create`` took them)."""
     while True:
         try:
             return write()
@@ -198,8 +195,7 @@ class Journal:
 
 
 def read_manifest(directory: Path) -> dict:
-    """The manifest of the backup set in ``directory``, alone (its journal, which can be long, is not read);
-    ``BadInput`` for one missing, unreadable or not mqtool's."""
+    """The manifest of the backup set in ``directory`` (not its journal); ``BadInput`` if missing or not mqtool's."""
     try:
         manifest = json.loads((Path(directory) / "manifest.json").read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -414,8 +410,7 @@ class BackupSet:
         return list(out)
 
     def mark_step(self, index: int, op: str, path: str, final: list[str] = ()) -> None:
-        """Step ``index`` done; ``final``: the files it changed that no later step changes, whose state
-        now (``after``) is what the apply leaves them in (``changed_since_apply`` of an unfinished apply)."""
+        """Step ``index`` done; ``final``: the files no later step changes, whose state now is what the apply leaves."""
         event = {"ev": "step-done", "index": index, "op": op, "path": path}
         if final:
             event["after"] = {rel: self.state_of(rel) for rel in final}
@@ -423,8 +418,7 @@ class BackupSet:
         self._done.add(index)
 
     def note_lock_state(self) -> None:
-        """The state of the store's ``lock`` file as the apply starts (once): every broker start since
-        the 4.x releases that have one writes it, so a broker started on the store since changed it."""
+        """The ``lock`` file's state as the apply starts (once): a broker started since rewrites it."""
         if not any(ev.get("ev") == "lock" for ev in self.journal.events()):
             self.journal.append({"ev": "lock", "state": self.state_of(LOCK_FILE)})
 
@@ -463,8 +457,7 @@ class BackupSet:
         return out
 
     def changed_since_apply(self) -> list[str]:
-        """Touched files holding neither what the apply left nor, once a restore began, what it found, and the ``lock`` file if
-        written since the apply began."""
+        """Touched files holding neither what the apply left nor what it found, and ``lock`` if written since."""
         events = self.journal.events()
         after = self.manifest.get("after") or {}
         if not self.manifest.get("complete"):
@@ -481,8 +474,7 @@ class BackupSet:
         return changed
 
     def _left_by_a_restore(self, rel: str, before: dict[str, list[int] | None], now: list[int] | None) -> bool:
-        """``rel`` as a restore cut short leaves it: as the apply found it, its kept ranges written back, or deleted to be put
-        back whole (``_make_room``)."""
+        """``rel`` as a cut-short restore leaves it: as found, ranges written back, or deleted (``_make_room``)."""
         if rel in before and now == before[rel]:
             return True
         return (now is None and rel in self._files) or self._ranges_put_back(rel, before.get(rel), now)
@@ -555,8 +547,7 @@ STAGE_NAME = re.compile(r"\d\d-[a-z-]+")  # a repair's stage directory: 01-recov
 
 
 def repair_stages(backup: Path) -> list[Path]:
-    """The per-stage backup sets (``NN-name``) of a ``repair`` backup directory, in the order applied;
-    none in a folder of whole backups (``.mqtool-backups``: each store's, each to restore alone)."""
+    """The stage backup sets (``NN-name``) of a ``repair`` backup directory, in the order applied."""
     if not backup.is_dir() or (backup / "manifest.json").exists():
         return []
     return sorted(p for p in backup.iterdir() if STAGE_NAME.fullmatch(p.name) and p.is_dir() and (p / "manifest.json").is_file())
@@ -571,16 +562,14 @@ def boot_id() -> str | None:
 
 
 def applied_after(a: dict, a_name: str, b: dict, b_name: str) -> bool:
-    """The backup of manifest ``a`` (folder name ``a_name``) was made after that of ``b``: by the monotonic
-    clock when both were made in one boot, else by the wall clock and then the name."""
+    """Whether backup ``a`` was made after ``b``: by the monotonic clock within one boot, else wall clock and name."""
     if a.get("boot_id") is not None and a.get("boot_id") == b.get("boot_id") and "monotonic_ns" in a and "monotonic_ns" in b:
         return a["monotonic_ns"] > b["monotonic_ns"]
     return (a.get("created_ms") or 0, a_name) > (b.get("created_ms") or 0, b_name)
 
 
 def newest_first(backups: dict[Path, dict] | list[Path]) -> list[Path]:
-    """Backup folders, the last made first (``applied_after``); a list is read for its manifests (a
-    repair's: its first stage's, when it began; an unreadable one: made before every other)."""
+    """Backup folders, the last made first (``applied_after``); an unreadable one is taken for the oldest."""
     if not isinstance(backups, dict):
         backups = {p: _first_manifest(p) for p in backups}
 
@@ -689,8 +678,7 @@ def applied_backup(plan_doc: dict, store_root: Path) -> Path | None:
 
 
 def leftover_temporaries(store_root: Path) -> list[Path]:
-    """What an interrupted mqtool can leave in a store: the staging directory and ``*.mqtool-tmp``
-    beside the pending marker. The pending apply, if any, owns them (``clear_pending``)."""
+    """The staging directory and ``*.mqtool-tmp`` an interrupted mqtool can leave in a store."""
     root = Path(store_root)
     found = sorted(p for p in root.glob("*" + TMP_SUFFIX) if p.is_file())
     staging = root / STAGING_DIR
@@ -710,8 +698,7 @@ def remove_leftovers(store_root: Path) -> list[Path]:
 
 
 def restore_target(backup_dir: Path) -> Path:
-    """The directory to restore to finish an interrupted restore of ``backup_dir``: a ``repair``'s stage
-    (a ``NN-name`` directory beside only such stages) with its repair; any other backup alone."""
+    """What to restore to finish an interrupted restore of ``backup_dir``: a repair's stage with its repair."""
     backup_dir = Path(backup_dir)
     parent = backup_dir.parent
     if not STAGE_NAME.fullmatch(backup_dir.name) or (parent / "manifest.json").exists():  # the folder listed only for a stage's name
@@ -721,8 +708,7 @@ def restore_target(backup_dir: Path) -> Path:
 
 
 def undo_command(backup_dir: Path | str) -> str:
-    """The one command that undoes the apply backed up in ``backup_dir``: ``restore`` of its whole repair when it
-    is a repair's stage (``restore_target``), so every message names what ``info`` names."""
+    """The one command that undoes ``backup_dir``: ``restore`` of its whole repair for a stage (``restore_target``)."""
     return f"mqtool restore {shell_path(restore_target(Path(backup_dir)))} --yes"
 
 
@@ -739,16 +725,14 @@ def finish_command(store: Path | str, manifest: dict) -> str:
 
 
 def rerun_command(command: str, store: Path | str, **flags) -> str:
-    """``mqtool COMMAND STORE --flag value ... --yes``, each word as pasted in a shell (a value quoted as it is: a topic may begin
-    with ``-``, which an option's value takes as it is); a flag True stands alone, one None or False is left out."""
+    """``mqtool COMMAND STORE --flag value ... --yes``, shell-quoted; True flags alone, None or False ones left out."""
     words = [f"--{name.replace('_', '-')}" + ("" if value is True else f" {shlex.quote(str(value))}") for name, value in flags.items()
              if value is not None and value is not False]
     return " ".join(["mqtool", command, shell_path(store), *words, "--yes"])
 
 
 def moved_from(store_root: Path, backup: Path) -> Path | None:
-    """Where the store was when the apply in ``backup`` began, if it has moved since (``restore`` puts files back there only,
-    ``refuse_moved``); None while the store is where it was."""
+    """Where the store was when the apply in ``backup`` began, if it has moved since; else None."""
     stages = repair_stages(Path(backup))
     try:
         was = Path(read_manifest(stages[0] if stages else backup)["store"])
@@ -788,8 +772,7 @@ def clear_pending(store_root: Path) -> None:
 
 
 def changed_by_others(backups: list[BackupSet]) -> list[str]:
-    """Files changed since by something other than these applies (in the order applied), each
-    checked against the latest unrestored apply that touched it."""
+    """Files something else changed since these applies, each against the latest unrestored apply touching it."""
     latest: dict[str, bool] = {}  # each file: changed since the latest apply that touched it
     for backup in reversed(backups):
         if not backup.restored:
@@ -835,8 +818,7 @@ def refuse_incomplete(backups: list[BackupSet]) -> None:
 
 
 def unfinished_restore_line(pending: Path) -> str:
-    """What a restore of ``pending`` that stopped left, and the one way on: ``restore`` again finishes
-    it (a repair's whole backup when one of its stages was being restored)."""
+    """What a stopped restore of ``pending`` left, and the ``restore`` that finishes it."""
     return (f"a restore on this store was interrupted (backup {pending}): the store is partly restored; "
             f"finish it with: {undo_command(pending)}")
 
@@ -941,8 +923,7 @@ def _make_room(backup: BackupSet, events: list[dict]) -> list[str]:
 
 
 def _put_back(copy: Path, tmp: Path, how: str | None, copied) -> None:
-    """The kept ``copy`` of a file at ``tmp``: a hard link where the backup made one (``how`` "link": on the store's disk, the
-    original's own bytes, put back taking no room and told to ``copied`` at once), else a copy."""
+    """The kept ``copy`` at ``tmp``: a hard link where the backup made one (``how`` "link"), else a copy."""
     if how == "link":
         tmp.unlink(missing_ok=True)
         try:
@@ -957,8 +938,7 @@ def _put_back(copy: Path, tmp: Path, how: str | None, copied) -> None:
 
 
 def _bytes_progress(stage: str, total: Callable[[], int]):
-    """A function told bytes as they are copied, for whoever listens (``activity``: the CLI's bar),
-    or None: one bar of ``total()`` bytes, begun at the first bytes told (a hard link copies none)."""
+    """A function told the bytes copied (``activity``: one bar of ``total()`` bytes), or None."""
     if activity.listener() is None:
         return None
     reached, done = None, 0

@@ -46,8 +46,7 @@ class PlanMismatch(ApplyError):
 
 
 class ApplyIOError(BadInput):
-    """The file system refused a write (permissions, space): the apply stopped at a safe point.
-    ``cause``: the refusal alone (path and reason), for a caller that says the way on itself."""
+    """The file system refused a write: the apply stopped at a safe point; ``cause``: path and reason alone."""
 
     def __init__(self, message: str, cause: str | None = None):
         super().__init__(message)
@@ -71,8 +70,7 @@ def durability_point(label: str) -> None:
 
 
 class StopRequests:
-    """Ctrl-C while an apply runs (inside ``deferred_interrupts``): SIGINT is recorded, not raised
-    wherever it lands; the apply stops at its next ``check``, before its next write to the store."""
+    """SIGINT during an apply is recorded and raised at the next ``check``, before the next write."""
 
     requested = False
     active = False
@@ -106,8 +104,7 @@ def deferred_interrupts():
 
 @contextlib.contextmanager
 def interrupts_raised():
-    """Inside ``deferred_interrupts``, a block that writes nothing to the store (``repair``'s checks and plans): a Ctrl-C recorded
-    before or pressed in it is raised at once."""
+    """Inside ``deferred_interrupts``, a block that writes nothing: Ctrl-C is raised at once."""
     if not StopRequests.active or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -124,8 +121,7 @@ _CONFIG_OPTIONS = ("commitlog_file_size", "consume_queue_file_size", "hash_slot_
 
 
 def store_config(plan: Plan) -> StoreConfig:
-    """The store settings the plan was made with (``recovery.planparts.config_options``), the log's
-    folders included: reopened without them, the store is another log than the one planned."""
+    """The store settings the plan was made with (``planparts.config_options``), so it reopens the same log."""
     given = {name: plan.options[name] for name in _CONFIG_OPTIONS if name in plan.options}
     where = {"commitlog_dirs": tuple(Path(d) for d in plan.options.get("commitlog_dirs") or ()) or None, "dledger": plan.options.get("dledger"),
              "dledger_data_path": Path(plan.options["dledger_data_path"]) if plan.options.get("dledger_data_path") else None,
@@ -176,8 +172,7 @@ def changed_files(plan: Plan, action) -> list[str]:
 
 
 def moves_entry(path: Path, op: str) -> bool:
-    """Whether ``delete``/``quarantine`` renames the entry into the backup as it is (``Executor._back_up``): a symlink, and a
-    directory ``quarantine`` moves, keep no bytes there."""
+    """Whether ``delete``/``quarantine`` renames the entry into the backup: a symlink, or a directory quarantined."""
     return op in ("delete", "quarantine") and (path.is_symlink() or op == "quarantine" and path.is_dir())
 
 
@@ -241,8 +236,7 @@ def refuse_no_room(root: Path, plan: Plan, backup_dir: Path, step: str | None = 
 
 
 def _outside(rel: str) -> bool:
-    """Whether a store-relative path leaves the store as written (absolute, or up through ``..``): the
-    lexical test, so a store whose directories are links to other disks is not outside."""
+    """Whether a store-relative path leaves the store lexically (absolute, or up through ``..``)."""
     parts = Path(os.path.normpath(rel)).parts
     return not parts or Path(rel).is_absolute() or parts[0] == ".."
 
@@ -380,18 +374,15 @@ class Executor:
         write_range(self.root / action.path, action.start, data)
 
     def _write_blank(self, action) -> None:
-        """An 8-byte end-of-file blank at ``start`` of a commit log segment ``end`` bytes long (TOTALSIZE = the
-        bytes left, BLANK magic): a DLedger broker's first load of the classic log (``logkinds.MixedFirstLoad``)."""
+        """An 8-byte end-of-file blank at ``start`` of a segment ``end`` bytes long (``logkinds.MixedFirstLoad``)."""
         self._write_at(action, clfmt.encode_blank(action.end - action.start))
 
     def _write_int64(self, action) -> None:
-        """The big-endian int64 ``action.unit[0]`` at ``start`` (``repair._relinked_slots``: a wheel slot's position, a timer
-        log unit's prevPos)."""
+        """The big-endian int64 ``action.unit[0]`` at ``start`` (``repair._relinked_slots``)."""
         self._write_at(action, action.unit[0].to_bytes(8, "big", signed=True))
 
     def _fill_units(self, action) -> None:
-        """Consume queue units (bytes ``start``..``end``) each become ``action.unit``: a filler
-        (``CutSegment``) or an entry's own fields (``unit_fixes``)."""
+        """Consume queue units ``start``..``end`` each become ``action.unit`` (a filler, or ``unit_fixes``)."""
         unit = cqfmt.ENTRY.pack(*(cqfmt.FILLER if action.unit is None else action.unit))  # None: a plan saved before units were planned, which promised (0, ...)
         self._write_at(action, unit * ((action.end - action.start) // cqfmt.ENTRY_SIZE))
 
@@ -411,16 +402,14 @@ class Executor:
         self._write_whole(action, dlfmt.encode_checkpoint_text(action.start, action.end).encode())
 
     def _write_dledger_index(self, action) -> None:
-        """DLedger index units (bytes ``start``..``end`` of the index file ``path``) rewritten from
-        the entries they stand for, as ``DLedgerMmapFileStore.recover`` rewrites them."""
+        """DLedger index units rewritten from their entries, as ``DLedgerMmapFileStore.recover`` does."""
         base = int(Path(action.path).name) + action.start
         with Store.open(self.root, store_config(self.plan), self.plan.broker_version) as store:
             units = store.commitlog.unit_bytes(base // dlfmt.INDEX_UNIT_SIZE, (base + action.end - action.start) // dlfmt.INDEX_UNIT_SIZE)
         self._write_at(action, units)
 
     def _write_dispatch(self, action) -> None:
-        """The files ``_stage_dispatch`` wrote move into place (``install``: each file whole or not at all, with
-        the owner and mode of the file it replaces or of its folder's, which the broker's user opens)."""
+        """The files ``_stage_dispatch`` wrote, installed whole with the owner and mode they replace."""
         staged = self.staging / STAGED
         parents = set()
         for rel in sorted(changed_files(self.plan, action)):
@@ -436,8 +425,7 @@ class Executor:
     # ---- consume queue and index files from the dispatch phases --------------------------------
 
     def _stage_dispatch(self) -> None:
-        """Write every consume queue and index file of the dispatch phases under ``STAGED``, fsynced,
-        and check them against the plan; nothing in the store changes."""
+        """Write and fsync the dispatch phases' files under ``STAGED`` and check them; the store is unchanged."""
         if self.staging.exists():
             shutil.rmtree(self.staging)  # an interrupted run's: written again from the same inputs
         plan, staged = self.plan, self.staging / STAGED
@@ -592,8 +580,7 @@ def hold_store_lock(store_root: Path, force: bool = False):
 
 @contextlib.contextmanager
 def in_thread(work: Callable[[object], None] | None):
-    """A ``submit(item)`` running ``work(item)`` in order in a second thread (``handoff.Stage``), its
-    errors raised again when the block ends; with ``work`` None, submitting does nothing."""
+    """``submit(item)`` running ``work(item)`` in order in a second thread, errors raised at the block's end."""
     if work is None:
         yield lambda item: None
         return

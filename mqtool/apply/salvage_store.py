@@ -143,8 +143,7 @@ class SalvageStoreWriter:
 
 
 def _reseal_property_crc(raw: bytes) -> bytes:
-    """Recompute a trailing ``__CRC32#`` property (``MessageDecoder.createCrc32``: 10 decimal
-    digits, least significant first) after the record's bytes changed."""
+    """Recompute a trailing ``__CRC32#`` property (``MessageDecoder.createCrc32``) after the bytes changed."""
     tail = raw[-PROP_CRC_LEN:]
     if len(raw) <= PROP_CRC_LEN or not tail.startswith(PROP_CRC_KEY) or tail[-1:] != b"\x02":
         return raw

@@ -58,8 +58,7 @@ class _Queue:
 
 
 class ConsumeQueueWriter:
-    """Append units to ``<root>/<topic>/<queueId>/`` files the way the broker does; ``seed_queue``
-    continues an existing queue, ``adopt_file`` starts a file from given bytes instead of zeros."""
+    """Append units to ``<root>/<topic>/<queueId>/`` files the way the broker does (``seed_queue``, ``adopt_file``)."""
 
     def __init__(self, root: Path, file_size: int, *, dedup_by_end: bool = True, repeat_guard: bool = True,
                  tmp_path: Callable[[Path], Path] = default_tmp_path):
@@ -211,8 +210,7 @@ class IndexWriterService(IndexPlacement):
         return np.empty(ENTRY_BUFFER * ixfmt.ENTRY_SIZE // 4, dtype=np.uint32)  # written as words
 
     def _open(self, name: str, source: Path | None, seed: ixfmt.IndexHeader | None) -> None:
-        """Start file ``name``: a copy of ``source`` to continue, or a new file with header ``seed``; one ``unwritten``
-        only counted (its end values seed the next file's header)."""
+        """Start file ``name``: a copy of ``source``, or new with header ``seed``; one ``unwritten`` only counted."""
         self.dry = name in self.unwritten
         if self.dry:
             self._begin(name, seed if seed is not None else source, np.zeros(1, dtype=np.int32), seed is not None)
