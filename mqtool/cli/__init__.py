@@ -56,8 +56,7 @@ def load_command(name: str):
 
 
 def command_group(target: typer.Typer):
-    """The click group of ``target`` (``query``), its subcommands made on first use: typer reads
-    a command's signature when it makes it, and a lookup runs one of them."""
+    """The click group of ``target`` (``query``), its subcommands made on first use."""
     shell = copy.copy(target)
     shell.registered_commands = []
     group = typer.main.get_group(shell)
@@ -78,8 +77,7 @@ def _subcommand(target: typer.Typer, info):
 
 
 class CommandsOnUse(Mapping):
-    """A group's subcommands by name (every name listed, for help and "did you mean"), each made
-    by its maker the first time it is looked up."""
+    """A group's subcommands by name (all listed), each made the first time it is looked up."""
 
     def __init__(self, makers: dict):
         self.makers = dict(makers)
@@ -98,8 +96,7 @@ class CommandsOnUse(Mapping):
 
 
 def _error(message: str, code: int, *, traceback: bool = False) -> int:
-    """``message`` as the one error line (``traceback``: under ``--debug``, the traceback before it); the terminal
-    code is imported only on an error: ``--help`` loads none."""
+    """``message`` as the one error line (``traceback``: under ``--debug``); terminal code imported only here."""
     from .terminal import clear_bars, debug_traceback, write_stderr
 
     if traceback:
@@ -141,8 +138,7 @@ def _global_option_templates() -> tuple:
 
 
 def add_global_options(command) -> None:
-    """Give ``command`` the global options it does not define itself, before its ``--help``;
-    its arguments are shown by name (``plain_arguments``)."""
+    """Give ``command`` the global options it lacks, before ``--help``; arguments shown by name."""
     plain_arguments(command)
     refuse_both_ways(command)
     taken = {opt for p in command.params for opt in p.opts}
@@ -151,8 +147,7 @@ def add_global_options(command) -> None:
 
 
 def plain_arguments(command) -> None:
-    """Show ``command``'s arguments by name alone (choices still listed) in its usage and help, as POSIX
-    usage lines do (``mqtool survivors [OPTIONS] STORE IDS_FILE``), not as typer's ``{STORE}`` and ``TOPIC <str>``."""
+    """Show ``command``'s arguments by name alone in usage and help, as POSIX usage lines do."""
     for param in getattr(command, "params", ()):
         if getattr(param, "param_type_name", None) != "argument" or not hasattr(param, "display_name_raw"):
             continue
@@ -164,8 +159,7 @@ def plain_arguments(command) -> None:
 
 
 def refuse_both_ways(command) -> None:
-    """A flag pair given both ways (``--abnormal --normal``) is a usage error: click would keep
-    the last one and silently ignore the other."""
+    """A flag pair given both ways (``--abnormal --normal``) is a usage error, not the last one silently."""
     pairs = [(p.opts, p.secondary_opts) for p in command.params if getattr(p, "secondary_opts", None)]
     if not pairs:
         return
@@ -184,8 +178,7 @@ def refuse_both_ways(command) -> None:
 
 @contextlib.contextmanager
 def interrupt_aborts():
-    """A Ctrl-C outside a command's ``guarded`` edge as ``typer.Abort`` (which ``MqtoolGroup.main`` says is
-    "interrupted"): typer's ``_main`` turns a KeyboardInterrupt into a silent exit 130."""
+    """A Ctrl-C outside ``guarded`` as ``typer.Abort``, said "interrupted", not typer's silent exit 130."""
     try:
         yield
     except KeyboardInterrupt:
@@ -193,8 +186,7 @@ def interrupt_aborts():
 
 
 class MqtoolGroup(TyperGroup):
-    """The ``mqtool`` group: lazily loaded commands (listed in ``--help`` without importing them), global
-    options on every command, errors as one line."""
+    """The ``mqtool`` group: lazily loaded commands, global options on every command, errors as one line."""
 
     listing = False
 
@@ -211,8 +203,7 @@ class MqtoolGroup(TyperGroup):
         return command
 
     def resolve_command(self, ctx, args):
-        """Typer's, with "did you mean" drawn from every command (typer's own, off for this group
-        (``suggest_commands``), looks only at those loaded)."""
+        """Typer's, with "did you mean" drawn from every command, loaded or not."""
         try:
             return super().resolve_command(ctx, args)
         except UsageError as error:
@@ -301,8 +292,7 @@ def _options(debug: DebugOpt = False, quiet: QuietOpt = False, version: VersionO
 
 
 def interrupts_in_finalizers_kept() -> None:
-    """A Ctrl-C that lands in a finalizer (a scan's generator dropped) is kept rather than printed as "Exception ignored" and
-    dropped: the command ends "interrupted" (exit 130, ``guarded``)."""
+    """A Ctrl-C in a finalizer is kept, not printed as "Exception ignored": exit 130 (``guarded``)."""
     previous = sys.unraisablehook
 
     def hook(unraisable) -> None:

@@ -61,8 +61,7 @@ if _typer is not None:
             return _TYPER
 
     def _unchecked_access(info):
-        """``info`` without typer's default ``readable=True`` check, so an unreadable path is mqtool's "permission denied" (exit
-        3), not a usage error, and a write-only ``--out`` is accepted."""
+        """``info`` without typer's ``readable=True``: an unreadable path is mqtool's bad input, not a usage error."""
         if not info.readable:
             return info
         unchecked = copy.copy(info)
@@ -86,8 +85,7 @@ LONG = (-(1 << 63), (1 << 63) - 1)  # every number mqtool takes (an offset, a qu
 
 
 def _integer(value: Any, info, ctx=None, param=None) -> Any:
-    """``value`` as an int when it is written plainly and within the option's range; one past a Java
-    long is refused here (the scans' 64-bit columns and ``islice`` failed on it as internal errors)."""
+    """``value`` as a plainly written int within the option's range (one past a Java long refused)."""
     if info.clamp:
         return _TYPER
     if isinstance(value, str) and _INTEGER.fullmatch(value):

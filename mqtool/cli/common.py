@@ -61,8 +61,7 @@ def silence_stdout() -> None:
 
 @contextmanager
 def verdict_kept(has_findings: Callable[[], bool]):
-    """A reader gone while the result is written ends the output, not the verdict: exit 1 when ``has_findings()``, else 0 as for
-    any closed pipe (``guarded``)."""
+    """A reader gone mid-output ends the output, not the verdict: exit 1 with ``has_findings()``, else 0."""
     try:
         yield
     except BrokenPipeError:
@@ -73,8 +72,7 @@ def verdict_kept(has_findings: Callable[[], bool]):
 
 
 def guarded(fn):
-    """Every failure as one line on stderr and a documented exit code (``--debug``: unexpected ones with
-    their traceback); what the machine refused (``environment_error``) is bad input, exit 3."""
+    """Every failure as one stderr line and a documented exit code (``--debug``: with traceback)."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -141,8 +139,7 @@ UntilOpt = Annotated[Optional[str], typer.Option("--until", metavar="TIME", help
 
 
 def broker_config_of(path: Path | None) -> StoreConfig:
-    """``--broker-config``'s settings, read once a run: ``repair`` opens the store several times, and a pipe (bash's
-    ``<(...)``) gives its settings to the first read only. A file that sets none of those mqtool reads is said to."""
+    """``--broker-config``'s settings, read once a run (a pipe gives them to the first read only)."""
     if path is None:
         return StoreConfig()
     if (config := State.broker_configs.get(str(path))) is not None:
@@ -168,8 +165,7 @@ def open_store(path: Path, broker_config: Path | None = None, broker_version: st
 
 
 def _say_version_against_marks(store: Store, path: Path, broker_version: str) -> None:
-    """A ``--broker-version`` whose era the store's marks rule out, said once a run: its rules are followed,
-    so ``verify`` reports what they expect (a 5.x index read by 3.2.6's hashes: every entry a mismatch)."""
+    """Say once a run that ``--broker-version``'s era is ruled out by the store's marks."""
     from ..store.version import given_source
 
     State.version_said, source = True, given_source(store)

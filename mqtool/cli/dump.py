@@ -54,8 +54,7 @@ KIND_OPTIONS = {
 
 
 def _index_lookup(store: Store, match: MessageFilter) -> tuple[list[int] | None, str]:
-    """The offsets the index names for ``--key``/``--uniq-key`` under each ``--topic`` (``IndexService.queryOffset``
-    without its 64-result cap), ascending and unique; or None and why the index cannot answer."""
+    """The offsets the index names for ``--key``/``--uniq-key`` under each ``--topic`` (no 64 cap), or None and why."""
     wanted, option = (match.uniq_key, "--uniq-key") if match.uniq_key is not None else (match.key, "--key")
     if not match.topics:
         return None, f"{option} without --topic: the index is keyed by topic#key"
@@ -77,8 +76,7 @@ BUILDERS = 2  # threads building batches while the main thread walks and prints:
 
 
 def dump_messages(store: Store, match: MessageFilter, start, stop, msg_id, limit, body, decompress, progress, use_index, fmt: OutputFormat, keep_going: bool = False) -> None:
-    """Print the messages ``dump`` selects: a scan through the columnar core and the compiled text encoder,
-    ``--msg-id`` and index lookups record by record; the same bytes, the one ``MessageFilter``."""
+    """Print the messages ``dump`` selects: the columnar scan, or ``--msg-id`` and index lookups; one ``MessageFilter``."""
     if msg_id is not None:  # a lookup, as `query msg-id`: exit 1 when it prints nothing
         from ..scan.filter import msg_id_offset
 
@@ -138,8 +136,7 @@ def _matching(rows: list[dict], match: MessageFilter) -> list[dict]:
 
 
 def _msg_id_rows(store: Store, match: MessageFilter, msg_id: str, offset: int, limit, body, decompress) -> Iterator[dict]:
-    """``--msg-id``: the offsetMsgId names the record's ``offset``; read that record alone, none past the
-    end the broker's next start gives the log (``nextstart.end_before``: the restarted broker serves nothing there)."""
+    """``--msg-id``: the record at its ``offset`` alone, none past the next start's end (``nextstart.end_before``)."""
     from ..store.lookup import past_end_error
     from ..store.nextstart import end_before
 
@@ -157,8 +154,7 @@ def _msg_id_rows(store: Store, match: MessageFilter, msg_id: str, offset: int, l
 
 
 def _looked_up_rows(store: Store, match: MessageFilter, offsets: list[int], start, stop, limit, body, decompress) -> Iterator[dict]:
-    """The records at the index's offsets that pass the filters, in commit log order, none past the end the broker's next start
-    gives the log (``nextstart.ends_before``)."""
+    """The records at the index's offsets that pass the filters, in log order, none past the next start's end."""
     from ..store.lookup import past_end_error, read_message
     from ..store.nextstart import ends_before
 
@@ -178,8 +174,7 @@ def _looked_up_rows(store: Store, match: MessageFilter, offsets: list[int], star
 
 
 def _scan_batches(store: Store, match: MessageFilter, start: int, stop, limit, body, decompress, progress, keep_going: bool = False, encoder=None) -> Iterator:
-    """(batch, text) pairs of the columnar scan (``MessageScan``, CRC failures included), ``limit`` rows at most,
-    built ahead in ``BUILDERS`` threads, the text encoded there by ``encoder`` (None: not encoded)."""
+    """(batch, text) pairs of the columnar scan, ``limit`` rows at most, built in ``BUILDERS`` threads."""
     from ..scan.messages import MessageScan
     from ..store.dledgerstart import loose_walk
     from .progress import ByteProgress

@@ -37,8 +37,7 @@ def kv_table(title: str, rows: Sequence[tuple[str, Any]]) -> Table:
 
 def titled_table(title: str, columns: Sequence[str], *, optional: Sequence[str] = (), fold: Sequence[str] = (),
                  rows: Iterable[Sequence] = ()) -> Table:
-    """A titled table with a header and ``rows``; ``optional`` columns may be dropped to fit, least important first;
-    ``fold`` ones may break a long word rather than turn the table vertical."""
+    """A titled table of ``rows``; ``optional`` columns dropped to fit, ``fold`` ones may break a long word."""
     table = Table(columns, title=title, optional=optional, fold=fold)
     for row in rows:
         table.add_row(*row)
@@ -119,8 +118,7 @@ def print_table(out, table: Table, width: int, color: bool, keep: Layout | None 
 
 
 def iso_ms(ms: int | None, *, zero_unset: bool = True) -> str:
-    """Epoch milliseconds as an ISO-8601 UTC string (``-`` for None, and for 0, a time the broker never set, unless
-    ``zero_unset`` is False: a time asked for, whose 0 is the epoch)."""
+    """Epoch milliseconds as ISO-8601 UTC (``-`` for None, and for 0 unless ``zero_unset`` is False)."""
     if ms is None or (not ms and zero_unset):
         return "-"
     second, milli = divmod(ms, 1000)
@@ -215,8 +213,7 @@ def text_encoder(fields: Sequence[str], fmt: OutputFormat):
 
 
 def emit_batches(items: Iterable, fmt: OutputFormat, fields: Sequence[str], encoder=None, out=None) -> int:
-    """Write (batch, text) pairs as JSON Lines, JSON or CSV, the bytes ``emit_rows`` writes for the rows as
-    dicts (text None: encoded here); returns how many rows were written."""
+    """Write (batch, text) pairs as JSON Lines, JSON or CSV, as ``emit_rows`` would; returns the rows written."""
     out = terminal.data_stream(out)
     if fmt is OutputFormat.csv:
         import csv

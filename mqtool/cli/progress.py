@@ -69,8 +69,7 @@ class StageProgress:
 
 
 def drawn(enabled: bool | None) -> bool:
-    """Whether bars are drawn: as ``enabled`` says (``--progress``), else when stderr is a terminal
-    (tqdm's own default) and stdout not a pipe; never with ``--quiet``."""
+    """Whether bars are drawn: ``--progress``, else when stderr is a terminal and stdout not a pipe; never ``--quiet``."""
     if enabled is None:
         try:
             piped = stat.S_ISFIFO(os.fstat(sys.stdout.fileno()).st_mode)
@@ -82,8 +81,7 @@ def drawn(enabled: bool | None) -> bool:
 
 @contextlib.contextmanager
 def scans_shown() -> Iterator[None]:
-    """The long scans of the block (``activity``) as progress bars, gone when it ends; where no bar
-    is drawn, nothing listens."""
+    """The block's long scans (``activity``) as progress bars, gone when it ends."""
     if not drawn(None):
         yield
         return

@@ -53,8 +53,7 @@ def _hit_rows(store: Store, found: list[lookup.Found], body: BodyEncoding) -> It
 
 
 def _waiting_timer_messages(store: Store, topic: str, key: str, kind: str, max_hits, bounds) -> list[lookup.Found]:
-    """A 5.x timer message is stored and indexed as ``rmq_sys_wheel_timer`` with its topic in ``REAL_TOPIC``
-    until delivered (reference §9): looked up there too (``source: timer``)."""
+    """Undelivered 5.x timer messages, indexed under ``rmq_sys_wheel_timer`` (reference §9)."""
     if topic == TIMER_TOPIC or store.root is None or not (store.root / "timerlog").is_dir():
         return []
     result = lookup.query_message(store, TIMER_TOPIC, key, kind, max_hits, *bounds)
@@ -63,8 +62,7 @@ def _waiting_timer_messages(store: Store, topic: str, key: str, kind: str, max_h
 
 
 def _add_timer_states(store: Store, rows: list[dict]) -> None:
-    """``timer_state`` (``scan/timer.py``), ``delivery_time`` and ``delivered_offset`` of each ``rmq_sys_wheel_timer``
-    row; one not enqueued yet is ``pending``, due at its ``TIMER_OUT_MS``."""
+    """``timer_state``, ``delivery_time`` and ``delivered_offset`` of each ``rmq_sys_wheel_timer`` row."""
     timer_rows = [r for r in rows if r.get("topic") == TIMER_TOPIC]
     if not timer_rows or store.root is None:
         return
@@ -238,8 +236,7 @@ def query_offset(
 
 
 def _say_why(row: dict, rng: lookup.QueueRange | None) -> None:
-    """Why ``query offset`` served no message, or the wrong one, on stderr: the table has no column for
-    the error or the queue's range (a corrupt record read as MESSAGE_WAS_REMOVING, an offset past the queue)."""
+    """Why ``query offset`` served no message, or the wrong one, on stderr (the table has no column for it)."""
     where = f"{row['topic']}/{row['queue_id']}"
     if rng is None:
         note(f"no consume queue {where}: the broker answers NO_MESSAGE_IN_QUEUE")

@@ -43,8 +43,7 @@ PlanOutOpt = Annotated[Optional[Path], typer.Option("--plan-out", metavar="FILE"
 
 
 def _backup_dir(value: str) -> Path:
-    """``--backup-dir``, made absolute (the undo line is pasted from anywhere); an empty one is a usage error (exit 2), not the
-    current directory (``Path("")`` is ``.``)."""
+    """``--backup-dir``, made absolute; an empty one is a usage error, not the current directory."""
     if not value:
         raise typer.BadParameter("an empty path: name the directory to keep the backup in", param_hint="'--backup-dir'")
     return Path(value).absolute()  # the undo line names it as it is from any directory
@@ -90,8 +89,7 @@ def planning():
 
 @contextlib.contextmanager
 def explain_interrupt(root: Path, backup: Path):
-    """Ctrl-C while applying: one line on the state the store is left in and how to finish or undo
-    the apply (``deferred_interrupts`` stops only before a write, never after its last one)."""
+    """Ctrl-C while applying: one line on the store's state and how to finish or undo the apply."""
     undo = undo_command(backup)
     existed = backup.exists()
     try:
@@ -130,8 +128,7 @@ USE = {"lock": "holds the POSIX lock on", "open": "has open", "mapped": "has map
 
 
 def describe_users(users, most: int = 3) -> str:
-    """``pid 7016 (java ...) holds the POSIX lock on X, has open Y``: at most ``most`` processes, two files each, the paths
-    shell-quoted (a store in ``my store`` is one word)."""
+    """``pid 7016 (java ...) holds the POSIX lock on X, has open Y``, at most ``most`` processes, shell-quoted."""
     by_pid: dict[int, list] = {}
     for u in users:
         by_pid.setdefault(u.pid, []).append(u)
@@ -164,8 +161,7 @@ def note_interrupted(root: Path) -> None:
 
 
 def _finish_interrupted(root: Path, yes: bool, force: bool) -> Path | None:
-    """Finish the interrupted apply on ``root``, holding the store's lock as every apply does, and return its backup
-    (None: there was none; then, with ``yes``, remove what an apply killed as it ended left: its staging folder, once its mark was gone)."""
+    """Finish the interrupted apply on ``root`` under the store's lock and return its backup (None: none)."""
     pending = read_pending(root)
     if pending is None:
         if yes and leftover_temporaries(root):
@@ -183,8 +179,7 @@ def _finish_interrupted(root: Path, yes: bool, force: bool) -> Path | None:
 
 
 def finished_was_asked(done: dict, plan: Plan) -> str | None:
-    """Why the interrupted apply just finished was what re-running asked for (the new ``plan`` has nothing left to do), else None.
-    """
+    """Why finishing the interrupted apply was all re-running asked for (``plan`` is empty), else None."""
     return f"the interrupted {done.get('command')} apply is finished, which leaves nothing to do" if plan.is_empty else None
 
 
@@ -277,8 +272,7 @@ MODIFYING_EXIT_CODES = """
 
 
 def modifying(command: str):
-    """A command run by ``run_modifying``: the decorated function takes the command's own options and
-    returns its ``PlanMaker``; the store argument comes first and ``FLOW_OPTIONS`` last."""
+    """A ``run_modifying`` command: the function takes its own options and returns its ``PlanMaker``."""
 
     def decorate(fn):
         flow = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=kind, default=default) for name, kind, default in FLOW_OPTIONS]
@@ -414,8 +408,7 @@ def repair(store: StoreRootArg, yes: YesOpt = False, dry_run: DryRunOpt = False,
 
 
 def _repair_target(root: Path, backup_dir: Path | None, stopped) -> Path:
-    """The stages' backup directory: a stopped repair's own (one restore undoes it all), else ``--backup-dir`` (new or
-    empty, as every command's: an earlier repair's stages there would be taken for a stopped run's) or the default."""
+    """The stages' backup directory: a stopped repair's own, else a new or empty ``--backup-dir``, or the default."""
     if stopped is None:
         if backup_dir is not None:  # the directory given, not its first stage's, named by the refusal
             refuse_backup_inside(root, backup_dir)
@@ -515,8 +508,7 @@ def _apply_stages(stages: "RepairStages", plan, broker_config, broker_version) -
 
 
 class RepairStages:
-    """``repair``'s plans, applied in order, each backed up in a numbered subdirectory of one backup
-    directory (``restore`` undoes them in reverse); a stopped repair's next stages follow its ``earlier`` ones."""
+    """``repair``'s plans applied in order, each backed up in a numbered subdirectory of one backup directory."""
 
     def __init__(self, root: Path, target: Path, broker_config: Path | None = None):
         self.root, self.target, self.done = root, target, []
@@ -549,8 +541,7 @@ class RepairStages:
             self.cut += plan.lost.lost_now
 
     def _mark(self) -> None:
-        """``.mqtool-repair`` written once a stage's backup set exists: a repair killed before has changed
-        nothing, where a mark naming a backup directory with no stage in it could not be undone."""
+        """``.mqtool-repair`` written once a stage's backup set exists, never naming a directory with no stage."""
         write_pending(self.root, self.target, REPAIR_MARKER)
 
     @contextlib.contextmanager
@@ -566,8 +557,7 @@ class RepairStages:
 
     @contextlib.contextmanager
     def undone_on_failure(self):
-        """A stage refused (it cannot be planned on the store the stages before left) or failed
-        (``ApplyError``: it changed nothing or was undone): the stages before are undone too."""
+        """A stage refused or failed (``ApplyError``): the stages before are undone too."""
         try:
             yield
         except (Refused, writer.ApplyError) as exc:
@@ -757,8 +747,7 @@ def restore_cmd(backup: Annotated[Path, typer.Argument(help="A backup directory 
 
 
 def _restore_set(backup: Path, *, yes: bool, force: bool, fmt: OutputFormat, shown: bool = False) -> None:
-    """``restore`` of one backup set (a whole apply's, or a repair's stage: ``shown``, its summary already emitted, and its
-    lines begin with the stage they are of: ``stage 02-recover: restored ...``)."""
+    """``restore`` of one backup set (``shown``: a repair's stage, its summary emitted, its lines prefixed)."""
     stage = f"stage {backup.name}: " if shown else ""
     if not (backup / "manifest.json").exists() and any((backup / part).exists() for part in STORE_PARTS):
         raise BadInput(_a_store_given_to_restore(backup))
@@ -799,8 +788,7 @@ def _restore_set(backup: Path, *, yes: bool, force: bool, fmt: OutputFormat, sho
 
 
 def _refuse_another_pending(root: Path, backup: Path) -> None:
-    """An apply (or a restore) of another backup cut short on the store (``.mqtool-pending``): restoring this backup
-    between would leave the store neither, and finishing that apply after it would write over the restored files."""
+    """Refuse a restore while an apply or restore of another backup is cut short on the store."""
     pending = read_pending(root) if root.is_dir() else None
     if pending is None or backup.resolve() in (pending.resolve(), pending.resolve().parent):  # its own, or its repair's stage
         return
@@ -811,8 +799,7 @@ def _refuse_another_pending(root: Path, backup: Path) -> None:
 
 
 def _a_store_given_to_restore(store: Path) -> str:
-    """``restore STORE``: a store, not a backup; the backups its repair commands left in its default folder
-    (``default_backup_dir``), newest first, the order they are restored in."""
+    """``restore STORE``: a store, not a backup; its default folder's backups, newest first."""
     folder = store.resolve().parent / BACKUPS_DIR
     held = newest_first([p for p in sorted(folder.glob(f"{glob.escape(store.resolve().name)}-*")) if (p / "manifest.json").is_file() or repair_stages(p)])
     said = f"{store}: a store, not a backup: give restore the backup directory a repair command named"
@@ -853,8 +840,7 @@ def _note_removed(leftovers: list[str]) -> None:
 
 
 def _refuse_before_later_backups(backup: Path, sets: list[BackupSet]) -> None:
-    """A backup (a repair's stage, a whole repair) restored while a later, unrestored one of the same store
-    (``later_backups``) stands would overwrite what it wrote to the same files: refused, naming what to restore first."""
+    """Refuse restoring a backup while a later, unrestored one of the store (``later_backups``) stands."""
     later = later_backups(backup, sets)
     if not later:
         return

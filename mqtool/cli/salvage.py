@@ -150,8 +150,7 @@ def salvage(
 
 
 def _cut_to_last_line(path: Path, chunk: int = 1 << 16) -> None:
-    """Cut ``path`` back to the end of its last line: a write the file system refused part-way (a full disk) can leave
-    part of a row after it, which no JSON Lines or CSV reader takes; a file that ends with a whole row is left as it is."""
+    """Cut ``path`` back to the end of its last line, so a write refused part-way leaves no partial row."""
     with open(path, "r+b") as f:
         end = pos = f.seek(0, os.SEEK_END)
         while pos > 0:

@@ -42,8 +42,7 @@ def stopped_repair_state(root: Path) -> dict | None:
 
 
 def stopped_repair_line(root: Path, stopped: dict) -> str:
-    """What a ``repair`` stopped before its last stage left (``store_state``'s ``interrupted_repair``),
-    and the two ways on: the same repair again finishes it, ``restore`` of its backup undoes it."""
+    """What a ``repair`` stopped before its last stage left, and the repair that finishes or restore that undoes it."""
     done = f"stage(s) {', '.join(stopped['done'])} done" if stopped["done"] else "no stage done"
     cut = f", stage {stopped['stopped_in']} cut short" if stopped["stopped_in"] else ""
     from ..apply.backup import moved_from, moved_line, rerun_command
@@ -57,8 +56,7 @@ def stopped_repair_line(root: Path, stopped: dict) -> str:
 
 
 def unfinished_lines(root: Path, state: dict) -> list[str]:
-    """What an interrupted restore, ``repair`` or apply left in the store at ``root`` (``store_state``), each
-    line with the commands that finish or undo it: until then the repair commands refuse the store."""
+    """What an interrupted restore, ``repair`` or apply left at ``root``, each line with its ways on."""
     pending, stopped = state["interrupted_apply"], state["interrupted_repair"]
     restoring = pending is not None and restore_interrupted(Path(pending))
     lines = []
@@ -77,8 +75,7 @@ def unfinished_lines(root: Path, state: dict) -> list[str]:
 
 
 def warn_store_state(root: Path | None) -> tuple[dict, list[str]]:
-    """Note what a reader of the store at ``root`` is told first (``store_state``) on stderr; returns the
-    state (empty for a bare commitlog folder) and its ``unfinished_lines``."""
+    """Note on stderr what a reader of the store at ``root`` is told first; returns the state and its lines."""
     if root is None:
         return {"lock_holder": None, "interrupted_apply": None, "interrupted_repair": None, "leftover_files": []}, []
     state = store_state(root)

@@ -53,8 +53,7 @@ def read_ids(source: str, column: str | None) -> list[str]:
 
 
 def row_batches(search) -> Iterator[tuple]:
-    """``SurvivorSearch.chunks()`` as ``ROW_FIELDS`` batches, for ``emit_batches`` (the compiled text encoder, as
-    ``dump``'s: each line ``json.dumps(row, ensure_ascii=False)``); missing ids' location is null."""
+    """``SurvivorSearch.chunks()`` as ``ROW_FIELDS`` batches for ``emit_batches``; missing ids' location null."""
     import pyarrow as pa
 
     from ..scan import compute

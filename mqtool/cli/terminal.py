@@ -14,8 +14,7 @@ _CONTROL = dict.fromkeys((7, 8, 11, 12, 13))
 
 
 def debug_traceback() -> None:
-    """``--debug``: the traceback of the exception being handled, on stderr before its one error line (the
-    exit code stays the documented one)."""
+    """``--debug``: the handled exception's traceback on stderr, before its one error line."""
     if State.debug:
         import traceback
 
@@ -41,8 +40,7 @@ def write_stderr(line: str) -> None:
 
 
 def open_closed_streams() -> None:
-    """Stdin, stdout or stderr closed at start (``>&-``: Python makes it None): /dev/null on its descriptor,
-    so what is written there is dropped and no file mqtool opens (a store file under repair) takes it."""
+    """Stdin, stdout or stderr closed at start (``>&-``): /dev/null on its descriptor, so no store file takes it."""
     for fd, name in enumerate(("stdin", "stdout", "stderr")):
         if getattr(sys, name) is not None:
             continue
@@ -101,8 +99,7 @@ _bars: list = []  # progress bars on screen (objects with ``clear()``), see prog
 
 
 def width() -> int:
-    """``COLUMNS``, else the width of the first terminal of stdout, stderr and stdin (a piped table is laid
-    out like the terminal it is read in), else 80."""
+    """``COLUMNS``, else the width of the first terminal of stdout, stderr and stdin, else 80."""
     env = os.environ.get("COLUMNS", "").strip()
     if env.isdigit() and int(env) > 0:
         return int(env)
