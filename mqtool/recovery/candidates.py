@@ -23,8 +23,7 @@ SHOWN = 60  # characters of each differing value in the error
 
 
 def _effect(plan: Plan) -> dict[str, Any]:
-    """What a plan does to the store, without how it got there: equal effects leave equal bytes. The
-    checkpoint fields no candidate reads back (``IMMATERIAL``) and their write are left out."""
+    """What a plan does to the store, not how: equal effects leave equal bytes (``IMMATERIAL`` fields left out)."""
     doc = plan.to_dict()
     cl, index, lost = doc.get("commitlog") or {}, doc.get("index") or {}, doc.get("lost") or {}
     after = ((doc.get("checkpoint") or {}).get("after")) or {}
@@ -43,8 +42,7 @@ def _effect(plan: Plan) -> dict[str, Any]:
 
 
 def _differences(a: Any, b: Any, path: str = "") -> list[tuple[str, Any, Any]]:
-    """The first differing leaves of two plan documents, as (path, value in a, value in b); a key only one
-    has (a queue only one plan writes) is a leaf, None on the other side."""
+    """The first differing leaves of two plan documents, as (path, value in a, value in b)."""
     if isinstance(a, dict) and isinstance(b, dict):
         pairs = [(f"{path}.{key}" if path else key, a.get(key), b.get(key)) for key in [*a, *(k for k in b if k not in a)]]
     elif isinstance(a, list) and isinstance(b, list) and len(a) == len(b):

@@ -17,8 +17,7 @@ def describe(record: fmt.CommitLogRecord, crc_ok: bool, legacy: bool) -> Message
 
 
 def record_at(commitlog: CommitLog, offset: int, legacy: bool) -> Message | None:
-    """The record at ``offset`` if its fields decode (even when its CRC fails); else what its
-    fixed header says when that is intact (magic code, sizes in range); else None."""
+    """The record at ``offset`` if its fields decode (even with a bad CRC), else its intact fixed header, else None."""
     try:
         record = commitlog.read_record(offset)
     except LookupError:

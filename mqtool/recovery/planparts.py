@@ -184,8 +184,7 @@ def index_gaps(store: Store, index_plan: IndexPlan, end: int, legacy: bool) -> l
 
 
 def _keyed_record_between(store: Store, start: int, stop: int, *, skip_first: bool, legacy: bool, limit: int = 64) -> bool:
-    """A record with UNIQ_KEY or KEYS in ``[start, stop)`` (not at ``start`` if ``skip_first``);
-    after ``limit`` records, assumed."""
+    """A record with UNIQ_KEY or KEYS in ``[start, stop)`` (``skip_first``: not at ``start``); assumed past ``limit``."""
     from ..formats.errors import FormatError
     from ..formats.properties import PropertyKey
 

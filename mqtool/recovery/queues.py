@@ -85,8 +85,7 @@ class QueueSim:
 
     @classmethod
     def of_store(cls, store: "Store", topic: str, queue_id: int, *, rules: VersionRules) -> "QueueSim":
-        """A queue the dispatch creates in ``consumequeue/<topic>/<id>``; refused where that is not one directory (rules §3.12).
-        """
+        """A queue the dispatch creates in ``consumequeue/<topic>/<id>``; refused unless one directory (rules §3.12)."""
         if not topic or "/" in topic or "\0" in topic or topic in (".", ".."):
             raise Refused(f"the broker would write queue {topic!r} {queue_id} at consumequeue/{topic}/{queue_id}, which is not a queue "
                           f"directory of its own (the name is empty, a dot directory or holds '/'); mqtool does not write there")

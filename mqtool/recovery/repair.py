@@ -269,8 +269,7 @@ def _size_from_name(path: Path, size: int) -> int:
 
 
 def _size_dividing_names(bases: list[int], inferred: int, smallest: int) -> int:
-    """``inferred`` unless it does not divide every file's name; then the largest power of two dividing every name
-    (``_size_from_name``), if the smallest file is less than twice that (else a misnamed file)."""
+    """``inferred``, or the largest power of two dividing every name where it does not (``_size_from_name``)."""
     named = functools.reduce(operator.or_, bases, 0)
     power = named & -named
     return power if named and any(b % inferred for b in bases) and 2 * power > smallest else inferred
@@ -953,8 +952,7 @@ def _unindexed_after(store: Store, recover: Plan, ix_from: int | None) -> list[F
 
 
 def recovered_offset_findings(store: Store, findings: list[Finding], recover: Plan, *later: Plan) -> list[Finding]:
-    """``findings`` with their ``consumer-offset-range`` ones placed against each queue's range after ``recover`` and the
-    ``later`` plans (``consumer_offset_findings``); unchanged where no range changes."""
+    """``findings`` with ``consumer-offset-range`` judged on the queue ranges ``recover`` and ``later`` leave."""
     ranges, unchanged = {}, True
     for q in (q for plan in (recover, *later) for q in plan.queues):
         fates = {f.name: f.action for f in q.files}
@@ -1011,8 +1009,7 @@ LOCAL_CHECKS = tuple(c for c in CHECKS if c not in CROSS_CHECKS)
 
 
 def verify_after(store: Store, recover: Plan, *, every_check: bool = False) -> list[Expected]:
-    """What ``verify`` will still report after ``recover``, each marked lost data or with the ``repair`` step that fixes it; the
-    cq and index checks run only where needed (``settled_checks``) or with ``every_check``."""
+    """What ``verify`` still reports after ``recover``, each marked lost data or with the step that fixes it."""
     settled = frozenset() if every_check else settled_checks(store, recover)
     return _expected_after(verify_findings(store, tuple(c for c in CHECKS if c not in settled)), recover, store)
 
@@ -1138,8 +1135,7 @@ def up_to_cut(store: Store, rows: list[Expected], cut: tuple[ScanStart, ScanEnd]
 
 def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep], files: Plan | None, recover: Plan,
                    last_timestamp: int | None, *, repairs: bool = True) -> tuple[list[RepairStep], list[Expected]]:
-    """The steps ``repair`` predicts after the file fixes and ``recover``, and what verify still reports after them. Without
-    ``repairs``: ``recover``'s own table, every finding a later step removes marked with it."""
+    """The steps ``repair`` predicts after the file fixes and ``recover``, and verify's table after them."""
     start = start_after_recovery(store, recover)
     fixed, cut = file_fix_steps(findings, steps, files), next_start_cut(store, recover, findings, start)
     left = _left_by_file_fixes(store, findings, fixed, files) if repairs else [f for f in findings if id(f) not in fixed]
