@@ -87,8 +87,7 @@ def manifest_bytes(manifest: dict) -> bytes:
 
 
 def final_manifest_size(manifest: dict, paths: list[str]) -> int:
-    """The bytes of ``manifest`` as ``BackupSet.finish`` writes it again once the apply of its plan is complete, ``paths``
-    the files it may touch, each state at its widest: its size is known from the plan."""
+    """The bytes of ``manifest`` as ``BackupSet.finish`` rewrites it, every state of ``paths`` at its widest."""
     return len(manifest_bytes({**manifest, "complete": True, "after": dict.fromkeys(paths, [WIDEST, WIDEST])}))
 
 

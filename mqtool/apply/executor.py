@@ -247,8 +247,7 @@ def planned_queue_files(plan: Plan, actions=("create", "rewrite")) -> list[str]:
 
 
 def planned_index_files(plan: Plan, actions=("append", "create", "rewrite")) -> list[str]:
-    """The plan's index files (store-relative) whose action is one of ``actions`` (None: any but a rebuild's ``unchanged``
-    file, which no step touches)."""
+    """The plan's index files whose action is in ``actions`` (None: any but ``unchanged``)."""
     wanted = (lambda action: action != "unchanged") if actions is None else (lambda action: action in actions)
     return [f"index/{f.name}" for f in plan.index.files if wanted(f.action)] if plan.index else []
 
