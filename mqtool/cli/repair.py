@@ -451,8 +451,7 @@ def _say_nothing_to_repair(plan, yes: bool) -> None:
 
 
 def _report_after(findings: list, stages: "RepairStages") -> None:
-    """What verify says after the repair, and the valid messages its recovery cut (``DAMAGE:``) with how to salvage them from the
-    backup (README's incident section); exit 1 when lost data remains."""
+    """What verify says after the repair, and how to salvage what its recovery cut; exit 1 on lost data."""
     cut = "" if not stages.cut else (f"; the repair cut {stages.cut} valid message(s) and its backup holds them: to save what is readable "
                                      f"of them, undo it with `mqtool restore {shell_path(stages.target.absolute())} --yes`, run "
                                      f"`{salvage_command(stages.root)}`, then repair again")
@@ -811,8 +810,7 @@ def _a_store_given_to_restore(store: Path) -> str:
 
 
 def _finish_restore_line(backup: Path) -> str:
-    """What a restore of ``backup`` cut short by Ctrl-C says: run it again to finish, or, when every set was put back, that the
-    store is restored and running it again only tidies up."""
+    """What a restore cut short by Ctrl-C says: run it again to finish, or that it only tidies up."""
     again = f"`mqtool restore {shell_path(backup)} --yes`"
     try:
         sets = [BackupSet.open(s) for s in repair_stages(backup) or [backup]]

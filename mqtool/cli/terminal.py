@@ -140,8 +140,7 @@ def clear_bars() -> None:
 
 
 def note(message: str, *, always: bool = False) -> None:
-    """``mqtool: message`` on stderr unless ``--quiet`` (``always``: even then); wrapped at spaces on a terminal, one line in a
-    pipe."""
+    """``mqtool: message`` on stderr unless ``--quiet`` (``always``: even then), wrapped at spaces on a terminal."""
     if always or not State.quiet:
         clear_bars()
         text = f"mqtool: {message}"
