@@ -51,8 +51,7 @@ def recovered_queues(store, options: PlanOptions = PlanOptions()) -> list[tuple[
 def queues_after_start(store, next_start=None):
     """What ``survivors`` judges against (``scan.survivors.QueuesAfter``): the queues after the broker's next start
     (``recovered_queues``, reference §8.2-§8.12, §15.4) where it changes a queue or an abort file is there; else, or where no
-    recovery can be planned, the queues on disk. Skipped when the queues end exactly at the log end: nothing to dispatch or cut.
-    """
+    recovery can be planned, the queues on disk. Skipped when the queues end at the log end: nothing to dispatch or cut."""
     from ..scan.survivors import ON_DISK, QueuesAfter
     from ..store.startfile import max_queue_phys_offset
 

@@ -33,8 +33,7 @@ from .sharedscans import SharedScans, scan_phase, topic_table
 
 class RebuildScan:
     """The dispatch both rebuilds write: every record the broker serves up to the valid end its recovery finds (§8.3), with the
-    reput's rules (§8.12). ``end``, ``skipped`` and ``records`` are set once iterated; ``cache`` keeps the batches for an apply.
-    """
+    reput's rules (§8.12). ``end``, ``skipped`` and ``records`` are set once iterated; ``cache`` keeps batches for an apply."""
 
     def __init__(self, store: Store, rules: VersionRules, topics: TopicTable, *, index: bool, scans: SharedScans | None = None,
                  start: int | None = None, cache: DispatchCache | None = None):
@@ -167,8 +166,7 @@ def plan_rebuild_cq_one_version(store: Store, options: PlanOptions = PlanOptions
 
 def _not_rebuilt(store: Store, old: list) -> tuple[list[Action], list]:
     """The entries of ``index/`` besides the replaced files (``old``): a ``quarantine`` for each that would make the folder hold
-    more than the rebuilt files for ``IndexService.load``, and the ``Store.index_strays`` it leaves (lost+found, unmounted links).
-    """
+    more than the rebuilt files for ``IndexService.load``, and the ``Store.index_strays`` it leaves (lost+found, unmounted)."""
     folder = store.path("index")
     strays = {entry.path.name: (entry, size, later) for entry, size, later in store.index_strays}
     replaced = {f.path.name for f in old}

@@ -30,8 +30,7 @@ def plan_recover_one_version(store: Store, options: PlanOptions = PlanOptions(),
                              cache: DispatchCache | None = None, walked: WalkedChain | None = None, scans: SharedScans | None = None,
                              sims_out: dict | None = None) -> Plan:
     """The broker's load + recovery + start-up reput under the one version the store is read as. ``cache`` keeps batches for an
-    apply; ``walked``, ``scans`` and ``sims_out`` (the queues after recovery) serve ``walkedchain``, ``sharedscans`` and planners.
-    """
+    apply; ``walked``, ``scans`` and ``sims_out`` (queues after recovery) serve ``walkedchain``, ``sharedscans`` and planners."""
     version, source = store_version(store)
     unwritable_checkpoint(store)
     run = RecoveryRun(store, options, command, cache, walked, scans, version, source, VersionRules(version),

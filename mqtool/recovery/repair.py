@@ -315,8 +315,7 @@ def _stray_links_and_dirs(root: Path, directory: Path, what: str, store: Store |
 
 def _index_strays(root: Path, store: Store | None, quarantine) -> None:
     """Quarantine each entry of ``index/`` that ``IndexService.load`` cannot map where some era refuses to start on it or leaves
-    later index files out (``mappedfile.load_effect``); a name ``Long.parseLong`` rejects is skipped by every release and stays.
-    """
+    later index files out (``mappedfile.load_effect``); a name ``Long.parseLong`` rejects is skipped by every release."""
     eras = store.version_guess.eras if store is not None else ERAS
     for entry, file_size, later in index_strays(root / "index"):
         effects = stray_effects(eras, entry, file_size, later, INDEX_SERVICE)
@@ -1144,8 +1143,7 @@ def after_recovery(store: Store, findings: list[Finding], steps: list[RepairStep
     if not repairs:
         return [], [expected(f, False, fixed[id(f)]) for f in findings if id(f) in fixed] + up_to_cut(store, expected_after(t), cut)
     offsets = store.config_file("consumerOffset.json") is not None
-    # the predicted rebuild-cq (none where it cannot be planned): its queue ends for the offsets' rows, and past lost records
-    # the entries it writes at the queue's write position (lost data, ``misplaced_findings``)
+    # the predicted rebuild-cq (if it can be planned): queue ends for the offsets' rows, and its misplaced entries (lost data)
     rebuild = []
     if t.queues and (offsets or any(f.kind in LOST_KINDS for f in kept)):
         with contextlib.suppress(Refused, BadInput):
