@@ -1,6 +1,4 @@
-"""The only code that writes to a store: executes plans with backups, fsync and a journal. ``executor``
-is imported on first use: ``info`` and ``verify`` read the pending-apply marker through ``backup`` alone.
-"""
+"""The only code that writes to a store (plans applied with backups, fsync and a journal); ``executor`` loads on first use."""
 
 from .backup import BackupSet, default_backup_dir, read_pending, restore
 

@@ -227,7 +227,7 @@ class BackupSet:
         directory = Path(directory)
         if directory.exists() and any(directory.iterdir()) and not cls.unused(directory):
             raise BadInput(f"{directory}: backup directory exists and is not empty; nothing was changed: give a new or empty --backup-dir")
-        # a new folder is made under a temporary name and renamed once its manifest is there: a kill leaves no manifest-less folder
+        # a new folder is made under a temporary name, renamed once its manifest is there: a kill leaves no manifest-less folder
         top = directory.parent if step and not directory.parent.exists() else directory
         building = top if top.exists() else top.with_name(top.name + TMP_SUFFIX)
         inner, manifest, made = building / directory.relative_to(top), new_manifest(store_root, plan_doc, step), []

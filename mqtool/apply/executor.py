@@ -196,8 +196,7 @@ def journal_room(plan: Plan) -> int:
 
 def bookkeeping_room(root: Path, plan: Plan, step: str | None = None) -> tuple[int, int]:
     """The bytes of the manifest ``BackupSet.create`` writes, and of the records written once the store changes (journal, final
-    manifest, ``RESTORE_ROOM``), which ``create`` reserves first (``RESERVE``) so the bookkeeping always finishes on a full disk.
-    """
+    manifest, ``RESTORE_ROOM``), which ``create`` reserves first (``RESERVE``) so the bookkeeping finishes on a full disk."""
     manifest = new_manifest(root, plan.to_dict(), step)
     paths = list(dict.fromkeys(rel for a in plan.actions for rel in changed_files(plan, a)))
     return len(manifest_bytes(manifest)), journal_room(plan) + final_manifest_size(manifest, paths) + RESTORE_ROOM

@@ -1,6 +1,4 @@
-"""Give the C heap's freed pages back to the system (glibc's ``malloc_trim``) before a phase that needs
-memory: the batches a plan's dispatch freed stay mapped otherwise. Nothing without ``malloc_trim``.
-"""
+"""Give freed C heap pages back to the system (glibc's ``malloc_trim``) before a phase that needs memory."""
 
 from __future__ import annotations
 
