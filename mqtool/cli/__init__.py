@@ -23,8 +23,7 @@ from .state import State
 _exceptions = click_exceptions()
 ClickException, NoArgsIsHelpError, UsageError = _exceptions.ClickException, _exceptions.NoArgsIsHelpError, _exceptions.UsageError
 
-# name -> (module, function, the first paragraph of its help), in README order. tests/test_dump_columnar.py
-# holds the help texts equal to the commands' own.
+# name -> (module, function, its help's first paragraph), in README order (tests/test_dump_columnar.py checks the texts)
 LAZY_COMMANDS: dict[str, tuple[str, str, str]] = {
     "info": ("info", "info", "Show what a store holds: version, checkpoint, commit log range, topics, queues, index files."),
     "dump": ("dump", "dump", "Decode store files: messages, consume queue and index entries, the checkpoint, the timer log or DLedger entries."),
