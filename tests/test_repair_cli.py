@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import subprocess
 import sys
 
@@ -82,6 +83,36 @@ def test_default_backup_dir_is_beside_the_store(crashed):
     backups = list((crashed.parent / ".mqtool-backups").iterdir())
     assert len(backups) == 1 and backups[0].name.startswith(crashed.name) and backups[0].name.endswith("-recover")
     assert (backups[0] / "manifest.json").exists() and (backups[0] / "journal.jsonl").exists()
+
+
+def test_default_backup_names_sort_as_the_applies_ran_across_a_second(monkeypatch):
+    """Before: the name's second and its milliseconds were two clock readings, so an apply named at .999 whose
+    milliseconds were read at the next .000 sorted before the apply at .722 of the same second (restore's newest-first
+    order and `ls` both said the wrong one was later)."""
+    import time as real_time
+
+    from mqtool.apply import backup
+
+    readings = iter([1000.722, 1000.723, 1000.999, 1001.000])  # each clock reading the naming takes, in turn
+
+    class Clock:
+        @staticmethod
+        def time():
+            return next(readings)
+
+        @staticmethod
+        def time_ns():
+            return int(round(next(readings) * 1000)) * 1_000_000
+
+        @staticmethod
+        def gmtime(seconds=None):
+            return real_time.gmtime(next(readings) if seconds is None else seconds)
+
+        strftime = staticmethod(real_time.strftime)
+
+    monkeypatch.setattr(backup, "time", Clock)
+    first, second = (backup.default_backup_dir(Path("/data/store"), "recover").name for _ in range(2))
+    assert first < second, (first, second)
 
 
 def test_saved_plan_applies_exactly_and_refuses_once_stale(crashed, tmp_path):
