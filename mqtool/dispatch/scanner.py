@@ -1,18 +1,6 @@
-"""Dispatch a range of the commit log: what the broker's consume queue and index dispatchers
-receive for each record (reference §3.2-§3.5, §6.5), a segment batch at a time.
-
-``DispatchScanner`` drives the compiled walk (``mqtool.store.fastscan``) and the compiled
-dispatch (``fastdispatch.dispatch_rows``), maps topic bytes to names exactly (fingerprints are
-checked byte for byte), and hands every record the fast path cannot decide to
-``formats.dispatch.dispatch_request``. Three scan disciplines:
-
-- ``recovery``: the recovery loop (§8.3): CRC checked, the first invalid record ends the scan,
-  including a SCHEDULE_TOPIC_XXXX record whose DELAY is not an int (``Integer.parseInt`` throws);
-- ``reput``: ``ReputMessageService.doReput`` (§8.12): no CRC, a length mismatch is skipped, any
-  other failure skips to the next segment (master behaviour);
-- ``served``: the records the broker serves (the rebuilds' queues and index): as ``reput``, but past a
-  record it cannot read it resumes where the log does (``CommitLog.resume_after_damage``).
-"""
+"""Dispatch a range of the commit log a segment batch at a time: what the consume queue and index dispatchers receive per record
+(reference §3.2-§3.5, §6.5). Disciplines: ``recovery`` (§8.3: CRC, first invalid record ends it), ``reput`` (``doReput``, §8.12:
+no CRC, skips to the next segment) and ``served`` (as reput, resuming where the log does: ``CommitLog.resume_after_damage``)."""
 
 from __future__ import annotations
 
@@ -128,10 +116,8 @@ class DispatchBatch:
 
 
 class SpilledBatch(DispatchBatch):
-    """A batch read back from a spill (``read_spilled``): the columns the plan and the writers
-    read are the spill's own column blocks (``spillrows.Columns``); ``fields``, every column
-    row-major, is unpacked only when something reads it (a normal recovery's ``after_phys``, the
-    LMQ dispatch): the abnormal recovery's plan and every apply never do."""
+    """A batch read back from a spill (``read_spilled``): the spill's own column blocks (``spillrows.Columns``); ``fields``, every
+    column row-major, unpacked only when read (a normal recovery's ``after_phys``, the LMQ dispatch)."""
 
     def __init__(self, columns: spillrows.Columns, spilled: tuple | None):
         self._columns = columns
@@ -201,11 +187,9 @@ class _Accumulator:
 
 @dataclass
 class DispatchScanner:
-    """Iterate ``DispatchBatch`` es over ``[start, stop)``; then ``end`` tells where and why it stopped.
-
-    The compiled walk and dispatch run on sub-batches of ``SUB_BATCH`` records (each record parsed
-    while in cache), handed out in batches of ``BATCH``. ``last_valid_offset`` is the broker's
-    ``lastValidMsgPhyOffset`` (-1 if none)."""
+    """Iterate ``DispatchBatch`` es over ``[start, stop)``, then ``end`` says where and why it stopped; walked and dispatched in
+    sub-batches of ``SUB_BATCH`` records, handed out in ``BATCH`` es. ``last_valid_offset``: the broker's
+    ``lastValidMsgPhyOffset`` (-1)."""
 
     SUB_BATCH = 2048
     BATCH = 1 << 15
@@ -259,11 +243,9 @@ class DispatchScanner:
 
     def _walk(self, acc: _Accumulator, pos: int, stop: int | None, base: int | None = None, halt: threading.Event | None = None,
               commitlog: CommitLog | None = None) -> Iterator[DispatchBatch]:
-        """The chain from ``pos`` walked and dispatched into ``acc``, its full batches handed out
-        (the last rows stay in ``acc``); returns ``(crossed, end)``. With ``base`` the walk stays in
-        the segment starting there: ``crossed`` says the chain goes on into the next (this one ends
-        at a blank). ``end`` says where and why it ended (``None`` when crossed or ``halt`` set). ``commitlog``:
-        another view of the log's files to walk (``_loose``)."""
+        """The chain from ``pos`` walked and dispatched into ``acc``, full batches handed out; returns ``(crossed, end)``. With
+        ``base``, within that segment: ``crossed`` when it ends at a blank. ``end``: None when crossed or ``halt`` set.
+        ``commitlog``: another view (``_loose``)."""
         delay_ms = fd.delay_array(dict(self.options.delay_table))
         scan = FastScan(commitlog or self.commitlog, pos, stop, check_crc=self.check_crc and self.discipline == "recovery",
                         stop_on_crc=True, batch=self.SUB_BATCH, release_behind=True)
@@ -303,11 +285,9 @@ class DispatchScanner:
         return index is not None and last is not None and index < last
 
     def _produce_ahead(self) -> Iterator[DispatchBatch]:
-        """The batches in order, segment after segment, while the next segment is dispatched in a
-        second thread (``_Ahead``). Records never cross a segment and the chain enters a segment at its
-        first byte (reference §2, §8.3), so the walk ahead is the chain's if the segment before ends at a
-        blank; otherwise it is dropped. A chain crossing the range's last segment ends at ``stop``; a
-        reput that meets a record it cannot dispatch goes on where ``doReput`` would (``_produce_from``)."""
+        """The batches in order while the next segment is dispatched in a second thread (``_Ahead``): its walk is the chain's when
+        the segment before ends at a blank (reference §2, §8.3), else dropped; a reput meeting an undispatchable record goes on as
+        ``doReput`` would."""
         pos, last = self.start, self._last_segment()
         while True:
             crossed, end = yield from self._ahead_run(pos, last)
@@ -374,10 +354,9 @@ class DispatchScanner:
         return [(end.offset, self._reput_resume(end)) for end in self.skipped]
 
     def _reput_resume(self, end: ScanEnd) -> int | None:
-        """Where ``doReput`` continues after a record it cannot dispatch (``served``: where the log resumes); None where the
-        scan ends there (always for ``recovery``): the end of the data or ``stop``. Zeros before ``stop`` (the recovery's end,
-        where the readable region ends) are an illegal magic code to ``checkMessageAndReturnSize``, which a master's reput
-        skips to the next segment like any record it cannot read (§8.12, rules §2.12)."""
+        """Where ``doReput`` continues after a record it cannot dispatch (``served``: where the log resumes), or None (always for
+        ``recovery``): zeros before ``stop`` are an illegal magic code, skipped to the next segment like any unreadable record
+        (§8.12, rules §2.12)."""
         at_stop = lambda offset: self.stop is not None and offset >= self.stop  # noqa: E731
         past, reason = at_stop(end.offset), end.reason
         ends = past or self.stop is None if reason == StopReason.ZEROS else end.is_clean or reason == StopReason.SEGMENT_END and past
@@ -496,14 +475,9 @@ class _WalkOn(NamedTuple):
 
 
 class _Ahead:
-    """One segment dispatched in a thread of its own (``DispatchScanner._segment``) while the
-    segments before it are consumed; its batches are spilled (``BatchSpill``) and read back in
-    order by ``batches``. Where the spill cannot be written (no room in ``$TMPDIR``), the batch
-    goes over as it is and the consumer walks the rest of the segment in turn (``_WalkOn``).
-
-    The consumer waits only in ``SimpleQueue.get``, whose wait a Ctrl-C interrupts whole (as
-    ``handoff.Stage``'s caller): a ``threading.Condition`` a KeyboardInterrupt lands in can be left
-    with its lock held, and the thread's next hand-off then waits for it forever (``close`` too)."""
+    """One segment dispatched in a thread of its own, its batches spilled (``BatchSpill``) and read back in order; without spill
+    room the batch goes over as it is and the consumer walks on (``_WalkOn``). The consumer waits only in ``SimpleQueue.get``,
+    which a Ctrl-C interrupts whole (a ``Condition`` can be left with its lock held)."""
 
     def __init__(self, scanner: DispatchScanner, index: int):
         self.scanner, self.index = scanner, index
@@ -557,10 +531,9 @@ class _Ahead:
 
 
 class DispatchCache:
-    """Dispatch batches a plan computed, kept for an apply in the same process, so the commit log
-    range is walked and parsed once: spilled (``BatchSpill``) and read back a batch at a time, so
-    memory stays flat whatever the range. Past ``budget`` bytes, or when the spill cannot be
-    written, it gives up and the apply walks the range again, with the same result."""
+    """A plan's dispatch batches kept, spilled (``BatchSpill``), for an apply in the same process: the range is walked once,
+    memory flat. Past ``budget`` bytes, or without spill room, it gives up and the apply walks the range again, with the same
+    result."""
 
     def __init__(self, budget: int = 2 << 30):
         self.budget = budget
@@ -645,12 +618,9 @@ class MultiDispatch(NamedTuple):
 
 
 def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDispatch | None = None) -> Iterator[tuple[str, int, tuple[np.ndarray, ...]]]:
-    """Every consume queue entry the batch produces, as ``(topic, queue id, (queue offsets, phys offsets, sizes,
-    tags codes))`` per queue: the records' own queues, then, with ``multi`` (the broker's ``enableMultiDispatch``),
-    the extra entries its ``INNER_MULTI_DISPATCH`` records get (LMQ, reference §3.6), in record order. Only the
-    flagged records are decoded again (their properties). ``DispatchThrows`` (its ``offset`` set) at a record whose
-    dispatch the broker cannot finish: ``NoPropertiesThrows`` before the record's own entry, ``LmqOffsetThrows`` in its LMQ
-    entries."""
+    """Every consume queue entry of the batch, ``(topic, queue id, (queue offsets, phys offsets, sizes, tags codes))`` per queue:
+    its own, then with ``multi`` the LMQ entries (reference §3.6; flagged records decoded again). ``DispatchThrows``
+    (``NoPropertiesThrows``, ``LmqOffsetThrows``) at a record whose dispatch the broker cannot finish."""
     if len(batch) == 0:
         return
     if multi is not None and multi.no_properties_npe is not False:

@@ -1,16 +1,7 @@
-"""Timer messages and their fate: the timer log units joined with the commit log (reference §9, §2.13).
-
-Each unit of ``timerlog/`` names the ``rmq_sys_wheel_timer`` record it was enqueued from (``offset_py``). When a slot
-is due, ``TimerMessageStore`` re-puts the message to ``REAL_TOPIC``/``REAL_QID`` as a new record with the same
-UNIQ_KEY (``TimerMessageStore.convertMessage``). A unit's ``state``:
-
-- ``delivered``: a record of the real topic with the same UNIQ_KEY follows the timer record in the commit log;
-- ``lost``: ``offset_py`` is outside the commit log's readable range (before its min offset, past its logical end:
-  a stale reference after a truncation, apache/rocketmq#10668) or does not hold that timer record;
-- ``cancelled``: the unit carries ``MAGIC_DELETE`` (a cancel request);
-- ``rolled``: not delivered, and ``MAGIC_ROLL`` says it is re-enqueued at the roll window instead of delivered;
-- ``pending``: waiting for its delivery time.
-"""
+"""Timer messages and their fate: timer log units joined with the commit log (reference §9, §2.13). A unit names the
+``rmq_sys_wheel_timer`` record it was enqueued from (``offset_py``); a due message is re-put to ``REAL_TOPIC`` with the same
+UNIQ_KEY. States: ``delivered``, ``lost`` (apache/rocketmq#10668), ``cancelled`` (``MAGIC_DELETE``), ``rolled`` (``MAGIC_ROLL``),
+``pending``."""
 
 from __future__ import annotations
 
@@ -75,10 +66,9 @@ WALK_COLUMNS = ("offset", "topic", "queue_id", "queue_offset", "uniq_key", "born
 
 
 class TimerWalk:
-    """The one walk of the commit log of ``timer_report``: ``TimerReport.queued`` and ``deliveries``, and the commit log's logical
-    end (``end``). The timer log's units are read first (``units``) with their records' properties and identities; then the log's
-    batches are fed in log order (``add``): by a scan of its own (``walk``), or by ``verify``'s walk of the log
-    (``verify/sharedwalk.py``: ``add_rows``, the commit log check's batches; no second walk), ``end`` then set by its feeder."""
+    """The one walk of the commit log of ``timer_report``: units first (``units``), then the log's batches in order (``add``),
+    from a scan of its own (``walk``) or verify's walk (``add_rows``, ``verify/sharedwalk.py``: no second walk), and the logical
+    ``end``."""
 
     def __init__(self, store: Store, timer: TimerStore):
         self.store, self.timer = store, timer
@@ -116,12 +106,9 @@ class TimerWalk:
         return self
 
     def _resume(self, end: ScanEnd) -> int | None:
-        """Where the scan goes on after ``end``, where the records resume (``CommitLog.resume_after_damage``), as verify's walk
-        (``LogStream``) and ``dump`` (``cli.common.read_on``) go on: past damage the broker's recovery never reads (before a
-        segment after it, and before where its next start scans from, ``nextstart.scan_start_offset``); in a DLedger store,
-        past damage DLedger's recovery keeps (``dledgerstart.walk_resume``: the classic log of a mixed store, a record inside a
-        sound entry). The broker keeps the log past it, and its dequeue reads a unit's record there
-        (``getMessageByCommitOffset``); else None."""
+        """Where the scan goes on after ``end`` (``CommitLog.resume_after_damage``), as verify's walk and ``dump`` do: past damage
+        the broker's recovery never reads or, in a DLedger store, keeps (``dledgerstart.walk_resume``); its dequeue reads a unit's
+        record there. Else None."""
         store, segments = self.store, self.store.commitlog.segments
         if store.root is None or not segments:
             return None
@@ -150,11 +137,9 @@ class TimerWalk:
             self.add(built)
 
     def add(self, batch: pa.RecordBatch) -> None:
-        """The next batch of the log: its ``rmq_sys_wheel_timer`` queue 0 records queued, their identities looked for from this
-        batch on (a delivered copy follows its timer record: a batch's queued records join the identities before its rows are
-        matched), and its records carrying an identity looked for kept (``found``). The identities looked for are two Python
-        sets that grow as the walk passes timer records, each row looked up once: no lookup table rebuilt per batch (``is_in``
-        builds its hash table from the value set on every call, quadratic over millions of queued messages)."""
+        """The next batch of the log: its timer queue 0 records queued and their identities looked for from this batch on, and its
+        records carrying one kept (``found``). The identities are two Python sets grown as the walk goes (``is_in`` rebuilds a
+        table per call)."""
         uniqs, borns = self.uniqs, self.borns
         timer = compute.filter(batch, self.timers.mask(batch))
         if len(timer):
@@ -185,12 +170,9 @@ def _delivered(deliveries: dict[str, list[tuple[int, str]]], identity: str | Non
 
 
 def delivered_again(store: Store, report: TimerReport, start: int) -> int:
-    """How many of the timer messages ``TimerMessageStore.recover`` enqueues again (rmq_sys_wheel_timer queue 0 from queue offset
-    ``start``: after the message of the timer log's last unit, or timercheck's ``masterTimerQueueOffset`` where lower) were
-    delivered already (``_delivered``) or still have a unit in the timer log (from further back than that message): ``enqueue``
-    takes no note of either, so the broker delivers each a second time, a delivered one at once (``putMessageToTimerWheel``:
-    due before ``currWriteTimeMs``, straight to ``dequeuePutQueue``; 5.0.0-5.3.3, reference §9). From the report's walk
-    (``TimerReport.queued``, ``deliveries``): no second one."""
+    """How many timer messages ``TimerMessageStore.recover`` enqueues again (queue 0 from ``start``) were delivered already or
+    still have a unit in the timer log: ``enqueue`` checks neither, so each is delivered a second time (5.0.0-5.3.3, reference
+    §9). From the report's walk."""
     after = report.rows[-1]["offset"] if report.rows else store.commitlog.min_offset
     try:  # where the queue has ``start``, from its message on; else after the last unit's message (the queue is in log order)
         entry = store.consume_queue(fmt.TIMER_TOPIC, 0).read_entry(start)
@@ -237,10 +219,9 @@ def timer_report(store: Store, timer: TimerStore, walked: TimerWalk | None = Non
 
 
 def timer_summary(store: Store, start: NextStart | None = None, *, next_count: int = 5) -> dict | None:
-    """``info``'s timer section: units by state, the next deliveries, the pending backlog per hour (UTC, epoch ms
-    of the hour's start), ``config/timercheck`` and how many timer messages wait in their queue, not yet enqueued: from
-    where the broker's timer recovery resumes to the queue's end as that recovery reads it (``timer_resume``,
-    verify's rule; ``start``: the broker's next start, where the caller has it)."""
+    """``info``'s timer section: units by state, next deliveries, pending backlog per UTC hour, ``config/timercheck`` and the
+    timer messages not yet enqueued from where the broker's timer recovery resumes (``timer_resume``; ``start``: the next start,
+    if known)."""
     timer = TimerStore.open(store.root) if store.root is not None else None
     if timer is None:
         return None
@@ -272,12 +253,9 @@ def timer_summary(store: Store, start: NextStart | None = None, *, next_count: i
 
 
 class Resume(NamedTuple):
-    """Where ``TimerMessageStore.recover`` (5.0.0-5.3.3) resumes enqueuing ``rmq_sys_wheel_timer`` queue 0 (reference §9):
-    ``offset``, raised to the queue's min offset where below it, before 5.3.2's clamp to its max (rules §8.1); ``after_unit``:
-    ``reviseQueueOffset`` read the message of the timer log's last unit, the offset right after it; ``master``: timercheck's
-    ``masterTimerQueueOffset`` is lower and taken instead (``currQueueOffset = min(...)``), from further back; ``queue_end``:
-    the queue's end, if any; ``raised_from``: the offset ``offset`` replaces, below the queue's min offset; ``checked``:
-    ``config/timercheck`` exists."""
+    """Where ``TimerMessageStore.recover`` (5.0.0-5.3.3, reference §9, rules §8.1) resumes enqueuing timer queue 0: ``offset``;
+    ``after_unit``: after the last unit's message; ``master``: timercheck's ``masterTimerQueueOffset`` taken; ``raised_from``:
+    below the queue's min."""
 
     offset: int
     after_unit: bool
@@ -300,13 +278,9 @@ class Resume(NamedTuple):
 
 
 def timer_resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None, start: NextStart | None) -> Resume:
-    """The ``Resume`` of ``TimerMessageStore.recover``: ``reviseQueueOffset`` reads the unit right before where
-    ``recoverAndRevise`` ends the log; where its message is readable, the offset after that message's queue offset (the one
-    stored in the record: it searches the queue back for it and keeps it where the queue lost it), else timercheck's
-    ``lastTimerQueueOffset``; then the lower of that and ``masterTimerQueueOffset``. Without ``config/timercheck`` both read
-    0 (``TimerCheckpoint``'s constructor reads the file only where it exists): ``master``, from 0. Below the queue's min offset
-    (``timer_queue_range``: ``correctMinOffset`` runs in ``DefaultMessageStore.load``, before), that min:
-    ``TimerMessageStore.enqueue`` raises ``currQueueOffset`` to it before it reads (5.0.0-5.3.3; ``recover`` too, 5.3.2+)."""
+    """The ``Resume`` of ``TimerMessageStore.recover``: after the queue offset of the last readable unit's message
+    (``reviseQueueOffset``), else ``lastTimerQueueOffset``; the lower of that and ``masterTimerQueueOffset`` (0 without
+    timercheck); raised to the queue's min offset."""
     rows, end = report.rows, report.log_end.offset
     after_unit = bool(rows) and rows[-1]["timer_log_offset"] == end - fmt.UNIT_SIZE and rows[-1]["state"] != "lost"
     last_offset = check.last_timer_queue_offset if check is not None else 0
@@ -321,12 +295,9 @@ def timer_resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None
 
 
 def timer_queue_range(store: Store, start: NextStart | None) -> QueueRange | None:
-    """``rmq_sys_wheel_timer`` queue 0's min and max offsets (``lookup.queue_range``; [0, 0] without a file; None where it
-    cannot be read) as ``TimerMessageStore.recover`` reads them: after the recovery of ``DefaultMessageStore.load``, which
-    ``BrokerController.recoverAndInitService`` runs first (5.0.0-5.3.3), on the log the next start keeps (``start``):
-    ``truncateDirtyLogicFiles`` cuts the entries at or past its end (``lookup.queue_max_after_cut``), and a recovery that
-    dispatches (``redispatch.dispatching_recovery``: abnormal; 5.3.2+ normal, rules §2.3) appends the entries of the queue's
-    records after its last one, from where it dispatches (``redispatch.redispatch_start``): a lost tail is rebuilt."""
+    """Timer queue 0's min and max offsets (None: unreadable) as ``TimerMessageStore.recover`` reads them after the next start's
+    recovery (``start``): entries past its end cut, a dispatching recovery's appended (``redispatch.dispatching_recovery``, rules
+    §2.3)."""
     try:
         loaded = queue_range(store, fmt.TIMER_TOPIC, 0) or QueueRange(0, 0)
     except (LookupError, OSError, ValueError):

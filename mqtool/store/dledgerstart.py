@@ -86,14 +86,10 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
 
 
 def committed_read_failure(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[str, bool] | None:
-    """(why, in every release) ``updateCommittedIndex`` throws at the end of ``recover`` on the checkpoint's committedIndex
-    (``dl.committed_index``), or None. Only an entry before the walk's first can: the walk has checked or rewritten the unit
-    of every entry it reads, the last one included (where a committedIndex past it is clamped). Every release throws where
-    ``index/`` has no unit there ("Get null index"); DLedger 0.1 and 0.2.2 (``dledger_commit_reads_entry``) also where ``get``
-    cannot read an entry at the unit's pos and size whose pos field is that pos: the unit's range outside the data the
-    recovery keeps (``dataFileList.getData`` null: ``selectMappedBuffer`` past the read position, the files after the cut
-    deleted), under 48 bytes or a body length past it (``DLedgerEntryCoder.decode`` throws), or another pos there
-    (DLedgerMmapFileStore.get, updateCommittedIndex @release-0.1, dledger-0.2.2; getEntryPosAndSize @dledger-0.2.3+)."""
+    """(why, in every release) ``updateCommittedIndex`` throws at the end of ``recover`` on committedIndex ``dl.committed_index``
+    (only before the walk's first entry), or None: no ``index/`` unit there, or with DLedger 0.1/0.2.2
+    (``dledger_commit_reads_entry``) no entry ``get`` can read at that unit (DLedgerMmapFileStore.get, updateCommittedIndex
+    @release-0.1, dledger-0.2.2)."""
     c = dl.committed_index
     if c is None or dl.first_walked is None or c >= dl.first_walked:
         return None
@@ -119,10 +115,8 @@ def committed_read_failure(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[str,
 
 def reput_start(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[int, str]:
     """Where 5.x ``DefaultMessageStore.start``'s reput starts on DLedger data, and why: ``DLedgerCommitLog.getConfirmOffset``
-    (``getMaxOffset``; 5.0.0's default ``getMaxOffset`` is the same) is DLedger's committed position if positive, else
-    ``dLedgerFileList.getMinOffset()``, the first data file's base (0 if none: no committedIndex in DLedger's checkpoint,
-    or no entry, leaves ``committedPos`` at -1, ``updateCommittedIndex``); ``doReput`` raises it to the log's min offset
-    (@5.0.0-5.3.3, reference §15.4)."""
+    (committed position if positive, else the first data file's base), raised to the log's min offset (@5.0.0-5.3.3, reference
+    §15.4)."""
     if dl.committed_pos:
         return dl.committed_pos, f"DLedger's committed position {dl.committed_pos}"
     files = cl.entry_segments()
@@ -133,20 +127,10 @@ def reput_start(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[int, str]:
 
 
 def walk_resume(cl: DLedgerCommitLog, end: ScanEnd, *, every: bool = False) -> int | None:
-    """Where a record walk that stopped at ``end`` goes on in the data DLedger's recovery keeps:
-    ``recover`` checks entry headers only, from its start file on (§15.4), so past an entry whose
-    record alone is damaged (zeros included: resumed after the entry) or damage in a data file
-    before its start file the broker keeps the data: there an entry whose header is broken is passed
-    to the next entry the broker serves (``served_entry_after``: the next readable entry, not ``index/``; at the next file
-    without one); and once DLedger data
-    exist the classic commit log of a mixed store (§15.5) is never recovered (``DLedgerCommitLog.recover``
-    @4.5.1-5.1.4, ``dledgerRecoverNormally``/``Abnormally`` @5.2.0-5.3.3: DLedger's recovery alone), so
-    past damage there the broker keeps it whole (resumed at the next record start: ``resync.resume_after``).
-    None at or past where ``recover`` stops, at a requested limit, or in a classic log without DLedger data.
-    With ``every`` (``salvage``: every readable entry, wherever the broker's recovery cuts), in a DLedger data file only:
-    after a sound entry header at the next entry, else where the record inside ends when it describes itself (the
-    header alone broken, ``record_in_broken_entry``), else at the next entry that describes itself or whose record does
-    (``readable_entry``, the one resynchronisation, not ``index/``); None at a requested limit or past the file's last."""
+    """Where a record walk that stopped at ``end`` goes on in the data DLedger's recovery keeps (it checks entry headers only,
+    §15.4): past a damaged record, or a broken header to the next served entry (``served_entry_after``); the classic log of a
+    mixed store (§15.5) past damage (``resync.resume_after``). None at ``recover``'s stop or a limit. ``every`` (``salvage``):
+    every readable entry."""
     index = cl.segment_index(end.offset)
     if end.reason in (StopReason.LIMIT, StopReason.SEGMENT_END, StopReason.BLANK_LAST, StopReason.NO_SEGMENTS) or index is None:
         return None
@@ -170,12 +154,8 @@ def walk_resume(cl: DLedgerCommitLog, end: ScanEnd, *, every: bool = False) -> i
 
 
 def served_entry_after(cl: DLedgerCommitLog, offset: int) -> int | None:
-    """The first entry after ``offset`` (in a data file DLedger's recovery keeps, past damage) whose record the broker serves:
-    the next readable entry in that file (``readable_entry``), or None. A consumer reads each record by its consume queue
-    offset (``DLedgerCommitLog.getMessage`` @4.5.0-5.3.3: the data file at that offset, no index on the way), so ``index/``
-    has no say: ``DLedgerMmapFileStore.get`` (unit i at i x 32, then the entry it places) is DLedger's own read of an entry
-    by its index, for replication, never RocketMQ's read of a message; a unit that skips an entry (zeroed, stale) skips no
-    record the broker serves (reference §15.4)."""
+    """The first entry after ``offset`` whose record the broker serves: the next readable entry in that file (``readable_entry``),
+    or None. ``DLedgerCommitLog.getMessage`` reads by offset, so ``index/`` has no say (reference §15.4)."""
     return readable_entry(cl, offset + 1)
 
 
@@ -208,11 +188,9 @@ def _self_described(cl: DLedgerCommitLog, at: int) -> clfmt.CommitLogRecord | No
 
 
 def record_in_broken_entry(cl: DLedgerCommitLog, end: ScanEnd, resume: int) -> int | None:
-    """The offset of the message record inside the entry a walk stopped at (``end``) and resumes after (``walk_resume``
-    gave ``resume``) when the entry's header alone is broken: the record there decodes, describes itself (PHYSICALOFFSET
-    its own offset) and ends at ``resume``; else None. No read of the broker checks that header where DLedger's
-    recovery keeps it: a consumer reads the record by its consume queue entry (``DLedgerCommitLog.getMessage``: the
-    offset alone), and a reput of it skips the 48 header bytes (``checkMessageAndReturnSize``)."""
+    """The offset of the record inside the entry at ``end`` (resumed after at ``resume``) whose header alone is broken, when it
+    decodes, describes itself and ends at ``resume``; else None. The broker serves it: ``getMessage`` reads by offset, a reput
+    skips the header."""
     at = end.offset + dfmt.ENTRY_HEADER_SIZE
     index = cl.segment_index(end.offset)
     if end.reason == StopReason.CRC or index is None or not cl.is_entry_file(cl.segments[index]) or at >= resume:
@@ -222,10 +200,8 @@ def record_in_broken_entry(cl: DLedgerCommitLog, end: ScanEnd, resume: int) -> i
 
 
 def loose_walk(cl, end: ScanEnd, resume: int, **options):
-    """The compiled walk (``FastScan``, with ``options``) of the record inside the entry a walk stopped at (``end``) and
-    resumes after (``resume``) when the entry's header alone is broken (``record_in_broken_entry``), in a view of its file
-    alone (``DLedgerCommitLog.file_alone``); None in a classic log or where there is no such record. What the broker serves
-    of that entry, read by ``dump``, ``stats`` and verify's walk."""
+    """The ``FastScan`` (with ``options``) of the record inside a header-broken entry (``record_in_broken_entry``), in a view of
+    its file alone; None in a classic log or without such a record. What the broker serves of that entry."""
     at = record_in_broken_entry(cl, end, resume) if isinstance(cl, DLedgerCommitLog) else None
     if at is None:
         return None
@@ -270,10 +246,8 @@ def abnormal_start(store: Store, index_safe: bool | None) -> ScanStart:
 
 
 def dledger_start(store: Store, dl: DataRecovery, version: BrokerVersion, *, mode: str | None = None, index_safe: bool | None = None, full_scan: bool = False) -> ScanStart:
-    """Where ``DLedgerCommitLog``'s recovery scans from: a 5.2.0+ abnormal recovery (it dispatches) from
-    ``abnormal_start``'s file, else from the file ``DLedgerMmapFileStore.recover`` starts at
-    (``dl.start_file``). ``mode`` and ``index_safe`` default to the store's (abort file, config), as
-    ``startfile.recovery_start``'s do; ``full_scan`` (a planner's option) scans from the latter always."""
+    """Where ``DLedgerCommitLog``'s recovery scans from: a 5.2.0+ abnormal recovery from ``abnormal_start``'s file, else
+    ``dl.start_file``; ``mode``, ``index_safe`` default to the store's; ``full_scan`` always from the latter."""
     cl = store.commitlog
     abnormal = (mode or ("abnormal" if store.abort_present else "normal")) == "abnormal"
     if abnormal and VersionRules(version).dledger_abnormal_redispatch and not full_scan:
@@ -298,12 +272,8 @@ def _start_file(cl: DLedgerCommitLog, dl: DataRecovery) -> str:
 
 @dataclass(frozen=True)
 class FirstLoadBlank:
-    """The end-of-file blank a DLedger broker writes on its first load of a classic commit log (rules
-    §8.4, reference §15.5; ``DLedgerCommitLog.recover`` @4.5.1-5.1.4, ``setRecoverPosition`` @5.2.0-5.3.3):
-    after the classic recovery, at the wrote position ``position`` of the last commit log file (where
-    ``truncateDirtyFiles`` left it, or its size when the recovery ended at its end), TOTALSIZE = the bytes
-    left and the BLANK magic, unless the int 4 bytes past that position already is the BLANK magic
-    (``present``); ``dividedCommitlogOffset`` becomes the file's end."""
+    """The end-of-file blank a DLedger broker writes on its first load of a classic commit log (rules §8.4, reference §15.5): at
+    the last file's wrote ``position`` after the classic recovery, unless already a blank there (``present``)."""
 
     path: Path
     base_offset: int

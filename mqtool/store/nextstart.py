@@ -1,13 +1,7 @@
-"""What the broker's next start does to the commit log: one answer for ``info``, ``verify``,
-``recover``, ``repair`` and ``salvage``.
-
-``DefaultMessageStore.recover`` scans from the start segment its rules pick
-(``startfile.recovery_start``, rules-by-version 2.1, 2.6), keeps the log up to the first record
-that fails ``checkMessageAndReturnSize`` (reference §8.3) and drops every record after it
-(``truncateDirtyFiles``, §8.9; counted by ``pastend.records_after``), unless a file its loads meet makes
-it refuse to start (``log_refusal``, then ``later_refusal``); its load may delete a dangling symlink or create its
-target (``link_clauses``); a record whose dispatch throws stops that start (``stall``: ``verify.lmq.with_stall``).
-``NextStart.of_plan`` reads the same figures off a recovery plan, which computes them the same way."""
+"""What the broker's next start does to the commit log, one answer for ``info``, ``verify``, ``recover``, ``repair`` and
+``salvage``: ``DefaultMessageStore.recover`` scans from the start segment (``startfile.recovery_start``, rules 2.1, 2.6), keeps
+the log up to the first record failing ``checkMessageAndReturnSize`` (reference §8.3) and drops the rest (``truncateDirtyFiles``,
+§8.9), unless it refuses to start."""
 
 from __future__ import annotations
 
@@ -71,10 +65,9 @@ class NextStart:
         return f"{ENDS.get(self.end_reason, self.end_reason)} at {self.logical_end}"
 
     def reported_end(self, walked: ScanEnd | None) -> tuple[int | None, str]:
-        """(logical end, why) as ``verify`` and the Spark job report them (docs/verify.md): where this start ends the log;
-        where the broker refuses to start, where ``walked`` ends (the check's walk, with the broker's checks, of the files
-        mqtool reads: the refused ones left out; a blank in the last segment ends it at the blank, as §8.3's scan does), or on
-        a DLedger store where its entry walk does (``walk_end``), as where it starts."""
+        """(logical end, why) as ``verify`` and the Spark job report them (docs/verify.md): this start's end; where the broker
+        refuses to start, where ``walked`` ends (the check's own walk, refused files left out), or a DLedger store's entry walk
+        (``walk_end``)."""
         walked = self.walk_end or walked
         if self.logical_end is not None or walked is None:
             return self.logical_end, self.end_reason
@@ -110,12 +103,10 @@ class NextStart:
 
 
 def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | None = None) -> NextStart:
-    """The broker's next start on ``store`` (module docstring). ``walked``: where a walk with the broker's checks (CRC included)
-    from ``walked_from`` ended (``verify``'s or ``salvage``'s own): when it passed the start segment (segment starts are record
-    starts on the chain), the broker's scan ends there too; else the log is walked from the start segment (``summary.logical_end``).
-    A DLedger store's (reference §15.4, ``dledgerstart``): the data are kept up to where ``DLedgerMmapFileStore.recover``'s entry
-    walk stops, and the commit log recovery scans from where ``DLedgerCommitLog`` starts it; the figures ``recover``'s plan takes
-    from the same functions (``recovery.dledger.DLedgerLog``)."""
+    """The broker's next start on ``store``. ``walked``: where a walk with the broker's checks from ``walked_from`` ended; when it
+    passed the start segment the broker's scan ends there too, else the log is walked (``summary.logical_end``). A DLedger
+    store's: the data up to where ``DLedgerMmapFileStore.recover``'s entry walk stops, then ``DLedgerCommitLog``'s start
+    (reference §15.4, ``dledgerstart``)."""
     cl, dl = store.commitlog, None
     why, wheel = log_refusals(store)  # a mixed store's commitlog/: DLedgerCommitLog.load (super.load()) runs before DLedger's load
     if store.recovers_dledger_data:
@@ -160,12 +151,10 @@ def end_before(store: Store, offset: int, size: int) -> Cut | None:
 
 
 def ends_before(store: Store, spans: list[tuple[int, int]]) -> list[Cut | None]:
-    """For each ``(offset, size)`` of ``spans``: where the broker's next start ends the log when that end cuts off
-    those bytes, else None: after ``truncateDirtyFiles`` (reference §8.9) ``getMessage(offset, size)`` maps nothing past
-    the end (``MappedFile.selectMappedBuffer``: ``pos + size <= readPosition``). Bytes before the start segment
-    (``startfile.recovery_start``) are never validated and always served; the start's walk (``_walk_end``) runs once,
-    up to the furthest span's end. While several eras remain that start in different places, a cut under any of them
-    is one, naming them. A DLedger store's end: its entry walk (§15.4)."""
+    """For each ``(offset, size)``: where the next start ends the log when that end cuts off those bytes, else None
+    (``getMessage`` maps nothing past the end after ``truncateDirtyFiles``, reference §8.9); bytes before the start segment are
+    always served. While several eras start in different places, a cut under any of them counts, naming them. A DLedger store's
+    end: its entry walk (§15.4)."""
     if not spans:
         return []
     if store.recovers_dledger_data:
@@ -228,10 +217,9 @@ def log_refusals(store: Store) -> tuple[str | None, str | None]:
 
 
 def deleted_link(store: Store) -> str | None:
-    """The clause of a file of the commit log, a consume queue or the timer log that is a dangling symlink
-    (``StrayEntry.unmounted``) the start's ``MappedFileQueue.load`` deletes as a zero-length last entry (5.1.3+:
-    ``mappedfile.load_effect``, rules §2.13; ``doLoad``'s ``file.delete()`` at 5.1.3, 5.1.4 and 5.3.3), or None: the
-    data the link stood for is then lost to it. The first such link, in load order, and how many more."""
+    """The clause of the first dangling symlink (``StrayEntry.unmounted``) of the commit log, a consume queue or the timer log
+    that 5.1.3+ ``MappedFileQueue.load`` deletes as a zero-length last entry (rules §2.13), its data then lost, and how many more;
+    or None."""
     from .timer import timer_eras
 
     eras = store.version_guess.eras
@@ -324,11 +312,9 @@ def only_zeros_after(commitlog: CommitLog, offset: int) -> bool:
 
 
 def log_refusal(store: Store, wheel: bool = True) -> str | None:
-    """Why the broker refuses to start on this store's commit log (``MappedFileQueue.load``, rules §2.13), or
-    None: a file of the wrong length or name (3.2.6-4.4.0 and 4.9.2 leave it out and start), a zero-length
-    last file (4.5.0-4.9.1 and 4.9.3-5.1.2). While several eras remain, the refusal of any of them is
-    reported, naming them. No recovery of such a store can be planned: ``repair`` fixes the file first. First:
-    ``open_refusal`` (without ``wheel_refusal``: ``wheel`` False), which the broker meets before it loads the commit log."""
+    """Why the broker refuses to start on the commit log (``MappedFileQueue.load``, rules §2.13: a file of the wrong length or
+    name, a zero-length last file, by era, naming the eras), or None; first ``open_refusal`` (``wheel`` False: without
+    ``wheel_refusal``)."""
     if (why := open_refusal(store, wheel)) is not None:
         return why
     for problem in store.problems:
@@ -358,10 +344,9 @@ MAPPED = ("checkpoint", "config/timercheck", "timerwheel")  # the files of those
 
 
 def unusable(path: Path, name: str) -> tuple[str, str, str] | None:
-    """(what it is, what the broker cannot do: open or map, what throws) where the broker opens ``path``, its file ``name``,
-    by ``new RandomAccessFile(file, "rw")`` and cannot use it: a directory or a socket (the open throws; a socket's with ENXIO),
-    or where it maps the file (``MAPPED``) a FIFO or device node (``FileChannel.map`` throws, the file not being one it can
-    size); None: a file, or nothing there (created)."""
+    """(what it is, open or map, what throws) where the broker's ``new RandomAccessFile(file, "rw")`` cannot use ``path``: a
+    directory or socket, or where it maps the file (``MAPPED``) a FIFO or device node; None: a file, or nothing there
+    (created)."""
     what = not_a_file(path)
     if what in (A_DIRECTORY, A_SOCKET):
         return what, "open", "new RandomAccessFile(file, \"rw\") throws" + (" ENXIO" if what == A_SOCKET else "")
@@ -371,11 +356,9 @@ def unusable(path: Path, name: str) -> tuple[str, str, str] | None:
 
 
 def open_refusal(store: Store, wheel: bool = True) -> str | None:
-    """Why the broker refuses to start before it loads the commit log, or None: a config file of ``LOADED_FIRST`` (then, up
-    to 4.9.1, ``delayOffset.json``) whose ``.bak`` ``ConfigManager.loadBak`` fails on (``config_refusal``), or a file of
-    ``OPENED_FIRST`` that is a directory: ``new RandomAccessFile(file, "rw")`` throws on one and ``BrokerController.initialize``
-    fails (4.2.0+ ``lock``, rules 6.4; 5.0.0+ ``config/timercheck`` and ``timerwheel``, rules 8.1), or a ``timerwheel`` of the
-    wrong length (``wheel_refusal``). While several eras remain, the refusal of any of them is reported, naming them."""
+    """Why the broker refuses to start before it loads the commit log, or None: a ``LOADED_FIRST`` config whose ``.bak`` fails
+    (``config_refusal``), an ``OPENED_FIRST`` file that is a directory (rules 6.4, 8.1), or ``wheel_refusal``; by era, naming
+    them."""
     if store.root is None:
         return None
     eras = store.version_guess.eras
@@ -403,10 +386,8 @@ def opened_first_refusal(store: Store) -> tuple[str, str] | None:
 
 
 def wheel_refusal(store: Store) -> str | None:
-    """Why a 5.x broker refuses to start on a ``timerwheel`` of neither zero bytes nor ``TimerWheel.wheelLength``, or None: its
-    constructor throws a RuntimeException ("Timer wheel length:%d != expected"), which ``BrokerController.initialize`` meets in
-    ``new TimerMessageStore``, after ``config/timercheck``'s ``TimerCheckpoint`` and before ``messageStore.load`` (reference §9;
-    5.0.0, 5.1.4 and 5.3.3 alike). ``verify`` reports it as ``timer-wheel``; ``repair`` resizes it (``_wheel_fix``)."""
+    """Why a 5.x broker refuses to start on a ``timerwheel`` of neither 0 bytes nor ``TimerWheel.wheelLength``, or None: its
+    constructor throws in ``BrokerController.initialize``, before ``messageStore.load`` (reference §9). ``repair`` resizes it."""
     from .timer import timer_eras
 
     eras, wheel = store.version_guess.eras, store.path("timerwheel")
@@ -427,11 +408,9 @@ def config_refusal(store: Store, name: str, eras) -> str | None:
 
 
 def bak_refusal(store: Store, name: str, eras, without: frozenset[str] = frozenset()) -> tuple[str, str, str] | None:
-    """(why, which eras: "" all, why the file was passed over) the broker refuses to start on config file ``name``, which
-    ``eras`` (of the store's) load, or None: ``ConfigManager.load`` passes over the file and ``loadBak`` returns false on
-    its ``.bak`` (``ConfigDocument.bak_unusable``), failing the load that asked (``ConfigManager.loadBak`` 3.2.6-5.3.3).
-    Each era reads the files as its ``file2String`` does (``Store.load_config``'s ``by_chars``, rules 7.4). ``without``:
-    ``load_config``'s."""
+    """(why, which eras: "" all, why the file was passed over) the broker refuses to start on config file ``name``, or None:
+    ``ConfigManager.loadBak`` returns false on its ``.bak`` (``ConfigDocument.bak_unusable``; each era reads as its
+    ``file2String``, rules 7.4)."""
     if store.root is None or not eras:
         return None
     by_chars = set(store.eras_where("reads_config_by_chars"))
@@ -487,20 +466,18 @@ def unmounted_file(store: Store) -> str | None:
 
 
 def later_refusal(store: Store, queue_fix: str = RECOVER_FIXES, committed: bool = True) -> str | None:
-    """Why the broker refuses to start on a store whose commit log it loads, in the order it meets them: an entry of DLedger's
-    ``data/`` or ``index/`` that is no file of it (``Store.dledger_strays``: ``MmapFileList.load`` calls ``System.exit``, whatever
-    the release), ``queue_refusal``, ``checkpoint_refusal``, ``committed_refusal`` in the recovery (unless ``committed`` is False:
-    ``recover``'s plan lifts it), ``refusal_after_recovery``, ``abort_refusal``; ``queue_fix``: what fixes a consume queue file."""
+    """Why the broker refuses to start on a store whose commit log it loads, in the order it meets them: a DLedger stray,
+    ``queue_refusal``, ``checkpoint_refusal``, ``committed_refusal`` (unless not ``committed``), ``refusal_after_recovery``,
+    ``abort_refusal``."""
     return (first_stray_refusal(store, store.dledger_strays, MMAP_FILE_LIST) or queue_refusal(store, queue_fix) or checkpoint_refusal(store)
             or (committed_refusal(store) if committed else None) or (found[1] if (found := refusal_after_recovery(store)) else None)
             or abort_refusal(store))
 
 
 def committed_refusal(store: Store) -> str | None:
-    """Why the broker refuses to start on DLedger's checkpoint ``committedIndex`` (``dledgerstart.committed_read_failure``), naming
-    the releases that do, or None: ``updateCommittedIndex`` throws at the end of ``DLedgerMmapFileStore.recover``, after its walk
-    has written ``index/`` and cut the data, and ``DefaultMessageStore.load`` catches it and fails (@4.5.1, 4.9.2). ``recover``
-    writes committedIndex as the last entry (``DLedgerLog.checkpoint_actions``), an entry the walk reads."""
+    """Why the broker refuses to start on DLedger's checkpoint ``committedIndex`` (``dledgerstart.committed_read_failure``),
+    naming the releases, or None: ``updateCommittedIndex`` throws at the end of ``DLedgerMmapFileStore.recover`` and the load
+    fails (@4.5.1, 4.9.2)."""
     if not store.recovers_dledger_data:
         return None
     from .dledgerstart import committed_read_failure, data_recovery
@@ -516,14 +493,9 @@ def committed_refusal(store: Store) -> str | None:
 
 
 def refusal_after_recovery(store: Store) -> tuple[str, str, str] | None:
-    """(why it comes after the recovery, the refusal, what lifts it) of a refusal the broker meets only after
-    ``DefaultMessageStore.load``'s recovery, or None: 5.1.0+ an entry of ``index/`` ``IndexService.load`` cannot map
-    (``mappedfile.load_effect``; ``DefaultMessageStore.load`` calls ``recover`` whatever ``IndexService.load`` returned,
-    @5.1.0, 5.3.3; up to 5.0.0 it ignores that result), 5.x
-    ``timer_refusal`` then ``TimerMetrics``'s ``config_refusal`` (``TimerMessageStore.load`` runs after ``messageStore.load``:
-    ``BrokerController.initialize`` @5.0.0, ``recoverAndInitService`` @5.3.3), 4.9.2+ ``ScheduleMessageService.load``'s
-    ``delayOffset.json`` (``DefaultMessageStore.load`` @4.9.2, 4.9.7). That start writes what its recovery writes, then fails:
-    ``recover``'s writes are the broker's own, and the refusal stays (``abort_refusal``'s abort file ``recover`` refuses)."""
+    """(why after the recovery, the refusal, what lifts it) of a refusal met only after ``DefaultMessageStore.load``'s recovery,
+    or None: 5.1.0+ an unmappable ``index/`` entry, 5.x ``timer_refusal`` then ``timermetrics``, 4.9.2+ ``delayOffset.json``. That
+    start writes what its recovery writes, then fails."""
     from .timer import timer_eras
 
     if (why := first_stray_refusal(store, store.index_strays, INDEX_SERVICE)) is not None:
@@ -539,10 +511,9 @@ def refusal_after_recovery(store: Store) -> tuple[str, str, str] | None:
 
 
 def abort_refusal(store: Store) -> str | None:
-    """Why a 5.0.0+ broker exits after its recovery on an ``abort`` that is a directory (which makes that recovery abnormal:
-    ``File.exists()``), or hangs on a FIFO, or None: ``DefaultMessageStore.start``'s ``createTempFile`` writes its PID with
-    ``MixAll.string2File``, whose ``file2String`` throws on a directory and waits in a FIFO's open for a writer (rules 6.3).
-    Older releases only ``createNewFile`` it, and start."""
+    """Why a 5.0.0+ broker exits after its recovery on an ``abort`` that is a directory, or hangs on a FIFO, or None:
+    ``DefaultMessageStore.start`` writes its PID with ``MixAll.string2File`` (rules 6.3); older releases only ``createNewFile``
+    it."""
     if store.abort is None or not store.abort.unusable:
         return None
     eras = store.version_guess.eras
@@ -565,10 +536,9 @@ def checkpoint_refusal(store: Store, way_out: str = "; `mqtool repair` moves it 
 
 
 def timer_refusal(store: Store) -> str | None:
-    """Why the broker refuses to start on ``timerlog/`` (``Store.timer_log_listing``): a file of another length than the
-    timer log's (``wrong_length_refusal``), an entry that is no timer log file, or None: ``TimerLog.load`` is a
-    ``MappedFileQueue.load`` (``mappedfile.load_effect``), and 5.0.0-5.3.3 ``BrokerController.initialize`` fails on its
-    false after ``messageStore.load`` (so after the other refusals); what fixes it: ``TimerLogListing.fixed_by``."""
+    """Why a 5.x broker refuses to start on ``timerlog/`` (a file of the wrong length, an entry that is no timer log file:
+    ``TimerLog.load`` is a ``MappedFileQueue.load``), after the other refusals, with what fixes it (``TimerLogListing.fixed_by``);
+    or None."""
     from .timer import timer_eras
 
     eras, listing = timer_eras(store.version_guess.eras), store.timer_log_listing
@@ -592,12 +562,9 @@ def wrong_length_refusal(store: Store, wrong_lengths, file_size: int | None, fil
 
 
 def queue_refusal(store: Store, fix: str = RECOVER_FIXES) -> str | None:
-    """Why the broker refuses to start on a consume queue file (an LMQ or a batch queue's too), or None:
-    one of another length than its queue's files, which ``loadConsumeQueue``'s ``MappedFileQueue.load``
-    refuses in the eras that refuse such a commit log file (rules §2.13; verify's ``cq-file-size``).
-    ``recover`` and ``rebuild-cq`` rewrite a consume queue's files (a batch queue's: no mqtool command),
-    so they plan on. First: an entry of a topic's folder named by no queue id, on which 3.2.6's
-    ``loadConsumeQueue`` throws (``Store.topic_strays``, ``mappedfile.load_effect``; verify's ``cq-topic-stray-entry``)."""
+    """Why the broker refuses to start on a consume queue file (LMQ and batch queues too), or None: a topic folder's entry named
+    by no queue id (3.2.6), or a file of another length, refused in the eras that refuse such a commit log file (rules §2.13;
+    ``cq-file-size``)."""
     if (why := first_stray_refusal(store, store.topic_strays, LOAD_CONSUME_QUEUE)) is not None:
         return why
     for queues, fix in ((store.consume_queues, fix), (store.batch_consume_queues, "")):
