@@ -1,25 +1,7 @@
-"""Every private API of mqtool's dependencies that mqtool relies on, here and nowhere else.
-
-Each is kept because its start-up saving is worth it (BENCHMARKS.md, "Start-up and lookups")
-or because the public package does not export the name; each is guarded, so a release that moves
-it costs that saving and nothing else:
-
-- ``arrow_compute``: ``pyarrow._compute``, where ``call_function`` and the options classes are
-  defined; ``pyarrow.compute`` wraps Arrow's ~290 functions in Python functions as it is
-  imported, in every process. Fallback: ``pyarrow.compute``.
-- ``typer_conversion``: typer's pydantic-free value helpers and its runtime parameter
-  (``typer._coercion``, ``typer._param_types``, ``typer.core._TyperParameter``), for
-  ``cli/coercion.py``; importing pydantic and building adapters is most of the CPU of ``info`` on
-  the sample store. Fallback: None, typer converts as it always does.
-- ``click_exceptions``: the exception classes of the click typer vendors (``typer._click``),
-  which typer does not re-export and the CLI catches and raises. Fallback: ``click.exceptions``
-  (a typer on real click).
-- ``exit_steps``: ``threading._shutdown`` (waits for non-daemon threads after running the
-  callbacks that stop idle pool workers) and ``atexit._run_exitfuncs``, what the interpreter's
-  exit runs before its teardown; ``cli/shutdown.py`` runs them, then ends the process with
-  ``os._exit`` (skipping the teardown of numpy, pyarrow and the loaded modules).
-  Fallback: None, the process exits the usual way.
-"""
+"""Every private API of mqtool's dependencies mqtool relies on, each guarded with a fallback (BENCHMARKS.md, "Start-up and
+lookups"): ``arrow_compute`` (``pyarrow._compute``), ``typer_conversion`` (typer's pydantic-free helpers), ``click_exceptions``
+(``typer._click``), ``exit_steps`` (``threading._shutdown``, ``atexit._run_exitfuncs``, for ``cli/shutdown.py``'s
+``os._exit``)."""
 
 from __future__ import annotations
 

@@ -1,26 +1,6 @@
-"""Tables that never lie: laid out to the terminal width without ever cutting a number or an id.
-
-Rules, in order (issue #11 §3):
-
-1. Text wraps at spaces only, so a word (a number, an offset, a msg id, a topic) is never split.
-   Every column is at least as wide as its longest word; the last column may be narrower, its
-   longer words running past the edge whole (a terminal copy still pastes them): those longer
-   than a vertical record holds, and, when there are such words and the table would not fit
-   otherwise, those longer than half the width.
-2. If the columns do not fit, the table's *optional* columns are dropped, least important first,
-   and a note on stderr says which (``--format json`` shows everything).
-3. If they still do not fit, a column the table names ``fold`` (a name, such as a consumer group,
-   that may be longer than a line) is narrowed to what is left and its longer words are broken
-   across lines, every character shown.
-4. If even then the columns cannot fit, every row is printed as a vertical record, one
-   ``name | value`` line per column (as ``psql \\x``).
-5. A key/value table (no header) keeps each key on one line where the keys take at most half the
-   width: a key wrapped (``abort`` over ``file``) reads as two rows; its values wrap instead, a
-   word longer than their room running past the edge whole (rule 1).
-
-Widths are measured in terminal cells (CJK characters take two). A cell's control codes and newlines are
-written out (``\\x1b``, ``\\n``): a value is one run of text, never lines of the table.
-"""
+"""Tables that never lie, laid out to the terminal width without cutting a number or an id (issue #11 §3): text wraps at spaces
+only; optional columns are dropped (noted on stderr), then a ``fold`` column is broken, then rows print as vertical records (as
+``psql \\x``). Widths are terminal cells (CJK: two); control codes and newlines are written escaped."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""What the broker derives from a record when it dispatches it (reference §3.2-§3.5, §6.5).
-
-``DispatchRequest`` mirrors the broker class of that name: the record's own PHYSICALOFFSET and
-QUEUEOFFSET, TOTALSIZE, and the tags code (TAGS hash, or for SCHEDULE_TOPIC_XXXX the delivery
-time from the delay-level table). ``CommitLogDispatcherBuildConsumeQueue`` writes CQ entries
-only for NOT_TYPE and COMMIT records; ``CommitLogDispatcherBuildIndex`` indexes everything but
-ROLLBACK records, under ``topic#UNIQ_KEY`` and ``topic#key`` for each KEYS entry (4.0.0+; 3.2.6
-indexes NOT and PREPARED records under ``topic#key`` only: rules file §4.2, ``INDEX_KEYS_ONLY``).
-"""
+"""What the broker derives from a record when it dispatches it (reference §3.2-§3.5, §6.5): ``DispatchRequest`` as the broker
+class; consume queue entries for NOT_TYPE and COMMIT records; the index for all but ROLLBACK, under ``topic#UNIQ_KEY`` and
+``topic#key`` (3.2.6: NOT and PREPARED under ``topic#key`` only, rules §4.2, ``INDEX_KEYS_ONLY``)."""
 
 from __future__ import annotations
 
@@ -25,12 +19,9 @@ _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def parse_delay_levels(text: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
-    """``messageDelayLevel`` -> ``{level: delay_ms}``; level i+1 is token i (``parseDelayLevel``).
-
-    As the broker's loop: split on one space (trailing empties dropped), stopped by the first
-    token it throws on, with what it read before kept. An empty token throws before its level
-    counts; any other counts in ``maxDelayLevel`` without a delay (``computeDeliverTimestamp``'s
-    1000 ms, given here). The product wraps as Java's long."""
+    """``messageDelayLevel`` -> ``{level: delay_ms}`` as ``parseDelayLevel``: split on one space, stopped by the first token it
+    throws on (an empty one before its level counts; others count without a delay, 1000 ms given here); the product wraps as
+    Java's long."""
     table = {}
     for i, token in enumerate(java_split(text, " ")):
         if not token:
@@ -70,10 +61,9 @@ DEFAULT_DELAY_TABLE = parse_delay_levels()
 
 
 def batch_unit_span(properties: Mapping[str, str], queue_offset: int) -> tuple[int, int]:
-    """``(msgBaseOffset, batchSize)`` of the BatchConsumeQueue unit a record gets (reference §3.1
-    step 10, §5.5; 5.0.0+): ``INNER_BASE`` and ``INNER_NUM`` when both are present (an inner
-    batch), else the record's QUEUEOFFSET and 1. ``ValueError`` where ``Long.parseLong`` or
-    ``Short.parseShort`` would throw."""
+    """``(msgBaseOffset, batchSize)`` of a record's BatchConsumeQueue unit (reference §3.1, §5.5; 5.0.0+): ``INNER_BASE`` and
+    ``INNER_NUM`` when both are present, else QUEUEOFFSET and 1. ``ValueError`` where ``Long.parseLong``/``Short.parseShort``
+    would throw."""
     base, count = properties.get(PropertyKey.INNER_BASE), properties.get(PropertyKey.INNER_NUM)
     return (queue_offset, 1) if base is None or count is None else (java_parse_int(base, 64), java_parse_int(count, 16))
 
@@ -177,13 +167,9 @@ UNDECIDED_MULTI_DISPATCH = ("enableMultiDispatch is on", "--broker-config")
 
 
 class DispatchThrows(ValueError):
-    """A record whose consume queue dispatch throws (rules §3.12): a recovery dispatching it fails the store's load
-    (``DefaultMessageStore.load`` catches it: the broker refuses to start), the reput keeps retrying it
-    (``ReputMessageService.run``) and dispatches nothing after it. ``why``: the throw, in words; ``offset``: the
-    record's commit log offset, where the dispatch scan knows it; ``wrote``: what the broker writes of it before the throw;
-    ``undecided``: ``(condition, option)`` where the store does not tell whether the broker throws: only 4.9.3 of its era
-    E12 throws (``UNDECIDED_RELEASE``, ``NoPropertiesThrows``), or nothing says ``enableMultiDispatch`` is on
-    (``UNDECIDED_MULTI_DISPATCH``: ``Store.multi_dispatch_on``)."""
+    """A record whose consume queue dispatch throws (rules §3.12): a recovery dispatching it fails the load, the reput retries it
+    forever. ``why``: the throw; ``offset``: the record's; ``wrote``: written before the throw; ``undecided``: ``(condition,
+    option)`` where the store does not tell whether the broker throws (``UNDECIDED_RELEASE``, ``UNDECIDED_MULTI_DISPATCH``)."""
 
     def __init__(self, why: str, wrote: str, offset: int | None = None, undecided: tuple[str, str] | None = None):
         super().__init__(why)
@@ -191,10 +177,8 @@ class DispatchThrows(ValueError):
 
 
 class LmqOffsetThrows(DispatchThrows):
-    """An ``INNER_MULTI_QUEUE_OFFSET`` value ``Long.parseLong`` throws on. ``multiDispatchLmqQueue``
-    (``ConsumeQueue`` @4.9.3-5.3.3) runs after the record's own entry is written and writes the queues in list order,
-    so the broker has written the entries of the queues before it (``written``) when the NumberFormatException leaves
-    the dispatch."""
+    """An ``INNER_MULTI_QUEUE_OFFSET`` value ``Long.parseLong`` throws on in ``multiDispatchLmqQueue`` (``ConsumeQueue``
+    @4.9.3-5.3.3), after the record's own entry and the queues before it (``written``)."""
 
     def __init__(self, written: list[tuple[str, int, int]], queue: str, value: str):
         entries = f"{len(written)} LMQ entr{'y' if len(written) == 1 else 'ies'}"
@@ -204,11 +188,9 @@ class LmqOffsetThrows(DispatchThrows):
 
 
 class LmqNotifyThrows(DispatchThrows):
-    """An ``INNER_MULTI_QUEUE_OFFSET`` value ``Long.parseLong`` throws on in the reput's long-polling notify
-    (``ReputMessageService.notifyMessageArrive4MultiQueue``, ``DefaultMessageStore`` @4.9.3-5.3.3): called after
-    ``doDispatch`` for every record the reput reads, whatever ``enableMultiDispatch`` says and whatever the record's
-    transaction type, it parses the offsets where both lists are non-blank and as long as each other (5.1.1+: not for a
-    %RETRY% topic's record). ``dispatched``: the record gets its own consume queue entry first."""
+    """An ``INNER_MULTI_QUEUE_OFFSET`` value ``Long.parseLong`` throws on in the reput's ``notifyMessageArrive4MultiQueue``
+    (@4.9.3-5.3.3), run for every record whatever ``enableMultiDispatch`` says (5.1.1+: not %RETRY%). ``dispatched``: its own
+    entry is written first."""
 
     def __init__(self, thrown: LmqOffsetThrows, dispatched: bool):
         super().__init__(f"{thrown.why} in the reput's long-polling notify (notifyMessageArrive4MultiQueue)",
@@ -226,10 +208,8 @@ def notify_throw(topic: str, queue_id: int, properties: Mapping[str, str], dispa
 
 
 class NoPropertiesThrows(DispatchThrows):
-    """A record without properties where a 4.9.3 broker has ``enableMultiDispatch`` on: ``checkMultiDispatchQueue``
-    (``DefaultMessageStore`` @4.9.3) tests ``prop == null && prop.isEmpty()`` (4.9.4: ``||``) on the properties map
-    ``checkMessageAndReturnSize`` leaves null for a zero ``propertiesLength``. The NullPointerException is raised
-    evaluating the argument of ``putMessagePositionInfoWrapper``, so not even the record's own entry is written."""
+    """A record without properties where 4.9.3 has ``enableMultiDispatch`` on: ``checkMultiDispatchQueue`` tests ``prop == null &&
+    prop.isEmpty()`` (4.9.4: ``||``), a NullPointerException before even the record's own entry is written."""
 
     def __init__(self, offset: int | None = None, undecided: bool = False):
         super().__init__("has no properties, on which 4.9.3's checkMultiDispatchQueue throws a NullPointerException "
@@ -238,14 +218,9 @@ class NoPropertiesThrows(DispatchThrows):
 
 
 def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, str], *, rule: int) -> list[tuple[str, int, int]]:
-    """The extra consume queue entries a record with ``INNER_MULTI_DISPATCH`` gets (reference §3.6): one
-    ``(queue name, queue id, queue offset)`` per target queue, the offsets from ``INNER_MULTI_QUEUE_OFFSET``.
-
-    ``ConsumeQueue.multiDispatchLmqQueue`` (4.9.x ``MultiDispatch``, 5.x ``MultiDispatchUtils``): nothing unless both
-    properties are non-blank and list as many queues as offsets; the queue id is 0 for ``%LMQ%`` names (``enableLmq``),
-    else the record's own; ``rule`` (``LMQ_SKIP_*``) says which topics' records the release skips, and from 5.1.2
-    names holding a path separator; ``NO_MULTI_DISPATCH``: none (a release before 4.9.3). ``LmqOffsetThrows`` where ``Long.parseLong`` throws on an offset.
-    """
+    """The extra consume queue entries, ``(queue name, queue id, queue offset)``, of an ``INNER_MULTI_DISPATCH`` record
+    (``multiDispatchLmqQueue``, reference §3.6): both properties non-blank and as long; queue id 0 for ``%LMQ%``; ``rule``
+    (``LMQ_SKIP_*``, ``NO_MULTI_DISPATCH``) says what the release skips. ``LmqOffsetThrows`` where ``Long.parseLong`` throws."""
     queues, offsets = properties.get("INNER_MULTI_DISPATCH", ""), properties.get("INNER_MULTI_QUEUE_OFFSET", "")
     names, values = java_split(queues, MULTI_DISPATCH_SEPARATOR), java_split(offsets, MULTI_DISPATCH_SEPARATOR)
     if (rule == NO_MULTI_DISPATCH or not queues.strip() or not offsets.strip() or len(names) != len(values)

@@ -1,18 +1,6 @@
-"""``SurvivorSearch``: which of a list of message ids survived in a store, and can a consumer get them.
-
-Ids are UNIQ_KEYs (the client's msgId), offsetMsgIds (store host + commit log offset) or KEYS
-entries. One pass of ``SalvageScan`` (``read_batches`` up to the broker's cut, then ``verify
---keep-going``'s resynchronisation past it) matches every record's id column against the id set
-(``IdMatcher``); then each id gets a status of docs/reading.md: ``past-damage`` when only records
-after the broker's cut carry it (``CommitLog.recoverNormally`` / ``recoverAbnormally``, reference
-§8.3, or stale, §8.9), ``found`` when a live record of it is consumable, ``found-not-consumable``,
-``duplicated`` (UNIQ_KEY: delivered more than once) or ``missing``.
-
-Consumable is judged against the consume queues a consumer reads once the broker has started on the
-store (``QueuesAfter``): where its next start changes them (an abort file: ``recoverAbnormally``'s
-re-dispatch, ``truncateDirtyLogicFiles``, the start-up reput; reference §5.7-§5.10, §8.4-§8.12, §15.4),
-the queues ``recover``'s plan leaves (``recovery.queues.QueueSim``), else the queues on disk (``_OnDisk``).
-"""
+"""``SurvivorSearch``: which message ids (UNIQ_KEY, offsetMsgId, KEYS) survived in a store and whether a consumer can get them, in
+one ``SalvageScan`` pass (statuses: docs/reading.md). Consumable is judged on the queues after the broker's next start
+(``QueuesAfter``, reference §5.7-§5.10, §8.4-§8.12, §15.4: ``recovery.queues.QueueSim``), else on disk (``_OnDisk``)."""
 
 from __future__ import annotations
 
@@ -52,11 +40,8 @@ class IdKind(str, enum.Enum):
 
 
 def detect_kind(ids: list[str], store: Store) -> IdKind:
-    """The id form, where it is unambiguous: ids none of which is 32 or 56 hex characters are KEYS;
-    hex ids are offsetMsgIds when every one encodes an offset below the commit log's end (its last 16
-    hex digits, ``MessageDecoder.createMessageId``; below the min offset: a message the retention
-    deleted, which the list of a store's past may hold), UNIQ_KEYs when none does (their last 8 bytes
-    are a class loader hash, a time and a counter: ``MessageClientIDSetter``, far above any offset)."""
+    """The id form where unambiguous: KEYS unless 32 or 56 hex characters; offsetMsgIds when every one encodes an offset below the
+    log's end (``MessageDecoder.createMessageId``), UNIQ_KEYs when none does (``MessageClientIDSetter``: far above any offset)."""
     hex_ids = sum(1 for i in ids if _HEX_ID.fullmatch(i))
     if hex_ids == 0:
         return IdKind.key
@@ -298,12 +283,9 @@ class SurvivorSearch:
             yield (self.topics[int(hits["topic"][idx[0]])], int(hits["queue_id"][idx[0]])), idx
 
     def _consumable(self, hits: dict[str, np.ndarray], candidate: np.ndarray) -> np.ndarray:
-        """Per hit: some unit of its queue, below the queue's end, holds its offset and size: the one at its
-        queue offset, or one the recovery placed elsewhere (a queue cut short, then re-dispatched, puts each
-        record at its write position, ``putMessagePositionInfo`` §5.10: 5.3.3's DLedger recovery, reference
-        §15.4), in the queues ``self.queues`` names (module docstring; none as on disk). Under several
-        candidate versions, refused where their queues differ for these hits (``recovery.candidates``:
-        --broker-version decides)."""
+        """Per hit: whether a unit of its queue below the queue's end holds its offset and size, at its queue offset or where a
+        recovery placed it (§5.10, §15.4), in ``self.queues``; under several candidate versions, refused where their queues differ
+        (``recovery.candidates``)."""
         if self.store.root is None:  # commit log segments alone: no consume queue leads anywhere
             return np.zeros(len(candidate), dtype=bool)
         answers: list[np.ndarray] = []

@@ -90,10 +90,8 @@ def _is_offset_named_file(e: os.DirEntry) -> bool:
 
 def folder_entries(directory: Path, read=_is_offset_named_file, entries: list[os.DirEntry] | None = None
                    ) -> tuple[list[tuple[int, Path]], list["StrayEntry"]]:
-    """One listing of a mapped file queue folder: ``(first offset, path)`` of the files mqtool reads as its files
-    (``read`` of an ``os.DirEntry``: the 20-digit-named regular files by default), sorted, and the other entries
-    the broker's load lists beside them (``File.listFiles``: ``StrayEntry``), by name. ``entries``: the folder's,
-    by name, where they are listed already (``consumequeue.topic_listing``)."""
+    """One listing of a mapped file queue folder: sorted ``(first offset, path)`` of the files mqtool reads (``read``), and the
+    other entries ``File.listFiles`` lists (``StrayEntry``), by name. ``entries``: the folder's, where listed already."""
     from ..formats.dispatch import java_int_or_none
 
     if entries is None:
@@ -134,11 +132,9 @@ def unmounted_text(path: Path) -> str:
 
 @dataclass(frozen=True)
 class StrayEntry:
-    """An entry of a mapped file queue folder that ``offset_named_files`` passes over but the broker's
-    ``MappedFileQueue.load`` lists (``File.listFiles``: directories, symlinks, any name): ``is_dir`` and
-    ``length`` as ``File.isDirectory``/``File.length`` see them (through a symlink; a dangling one is
-    no directory, 0 bytes), ``offset`` the name as ``Long.parseLong`` reads it (None: it throws). An entry of a topic's
-    folder under ``consumequeue/`` is named by no queue id (``named_by``; ``consumequeue.topic_strays``): ``offset`` None."""
+    """An entry ``MappedFileQueue.load`` lists (``File.listFiles``) that ``offset_named_files`` passes over: ``is_dir`` and
+    ``length`` as ``File`` sees them through a symlink, ``offset`` as ``Long.parseLong`` reads the name (None: it throws; a topic
+    folder's: ``named_by``)."""
 
     path: Path
     is_dir: bool
@@ -191,20 +187,16 @@ class StrayEntry:
 
 
 def created_through(path: Path) -> str | None:
-    """The path ``new RandomAccessFile(file, "rw")`` creates through ``path``, a dangling symlink whose target's directory
-    is there (its ``open`` with ``O_CREAT`` follows the link; ``MappedFile.init``'s ``map`` then grows it to the file size),
-    or None: no dangling symlink, or one whose target's directory is missing (a disk not mounted below it), where that
-    open throws ``FileNotFoundException``, or one the broker's user cannot write in (``link_creator``: it throws too)."""
+    """The path ``new RandomAccessFile(file, "rw")`` creates through the dangling symlink ``path`` whose target's directory is
+    there, or None (no such link, a missing directory, or one the broker cannot write in: ``link_creator``; it throws)."""
     real = os.path.realpath(path)
     creates = os.path.islink(path) and not os.path.lexists(real) and os.path.isdir(os.path.dirname(real))
     return real if creates and link_creator(path)[1] else None
 
 
 def link_creator(path: Path) -> tuple[str, bool]:
-    """(who, whether they can create a file in its target's directory) for ``path``, a dangling symlink in a folder of the
-    store (``index/``) whose target's directory is there. The broker is taken to run as the store directory's owner (mqtool
-    often runs as root, the broker as a user of its own): ``os.access`` where that is mqtool's own user, else the directory's
-    mode bits for that uid and its groups (write and search) on a mount that is not read-only."""
+    """(who, whether they can create a file in its target's directory) for the dangling symlink ``path``: the broker taken to run
+    as the store directory's owner, ``os.access`` for mqtool's own user, else the mode bits on a writable mount."""
     owner, folder = os.stat(path.parent.parent), os.path.dirname(os.path.realpath(path))
     who = f"the store's owner (uid {owner.st_uid}, gid {owner.st_gid})"
     if owner.st_uid == os.geteuid():
@@ -232,21 +224,10 @@ LOAD_CONSUME_QUEUE = "DefaultMessageStore.loadConsumeQueue"
 
 
 def load_effect(entry: StrayEntry, file_size: int | None, rules, loader: str = MAPPED_FILE_QUEUE) -> str:
-    """What the broker of ``rules`` (a ``VersionRules``) does with ``entry`` at load, in the order of
-    ``MappedFileQueue.load``/``doLoad`` (rules §2.13): a directory skipped from 5.1.0; a zero-length last
-    entry deleted from 5.1.3; another length than ``file_size``: it and every later entry left out
-    (3.2.6-4.4.0, 4.9.2) or the start refused; else ``MappedFile.init``'s ``Long.parseLong(name)``, whose
-    ``NumberFormatException`` no ``load`` catches (``DefaultMessageStore.load``: "load exception", start
-    refused), or the file loaded at that offset. DLedger's ``MmapFileList.load``/``doLoad`` (every
-    release) is the 4.5.0 one: no skip, no delete, ``System.exit`` on a refusal. ``IndexService.load``
-    (4.x-5.3.3) maps each entry in name order with the configured size, whatever its length:
-    ``NumberFormatException`` caught (the entry skipped), a dangling symlink whose target's directory is there
-    has its target created and loaded as an empty index file (``created_through``; 4.9.7 and 5.3.3 alike), the
-    ``IOException`` of one it cannot open (a directory; a dangling symlink into a missing directory) ends the load,
-    every later file left out; ``DefaultMessageStore.load`` ignores that up to 5.0.0 and refuses to start from 5.1.0.
-    ``loadConsumeQueue`` (``LOAD_CONSUME_QUEUE``; 5.x ``ConsumeQueueStore.load``) parses the name of every entry of a topic's
-    folder, files too, with ``Integer.parseInt``: 4.0.0+ catch the ``NumberFormatException`` of an entry named by no queue id
-    and skip it, 3.2.6 does not, and ``DefaultMessageStore.load`` fails (``VersionRules.queue_id_parse_caught``)."""
+    """What the broker of ``rules`` does with ``entry`` at load (rules §2.13): ``MappedFileQueue.load`` (5.1.0+ skips a directory,
+    5.1.3+ deletes a zero-length last entry; a wrong length left out or refused; a bad name refused), DLedger's
+    ``MmapFileList.load`` (4.5.0's, ``System.exit``), ``IndexService.load`` (``created_through``; an open failure ends it) and
+    ``loadConsumeQueue`` (``queue_id_parse_caught``)."""
     if loader == LOAD_CONSUME_QUEUE:
         return SKIPPED if rules.queue_id_parse_caught else REFUSED
     if loader == INDEX_SERVICE:

@@ -1,11 +1,7 @@
-"""Byte-range splits of commit log segments for parallel scans, and the check that keeps them exact.
-
-A split ``[start, end)`` of one segment owns the records whose first byte lies in it (a record
-never crosses a segment, reference §2.6); one not at the segment's first byte resynchronises
-(``find_split_start``). Stale records with correct self-offsets can sit after the logical end or
-behind a blank (§2.6, §8.9), so ``check_handoffs`` accepts a split only where the chain of the
-splits before it ends; ``check_splits`` also reads damage as ``mqtool dump`` does (``Split.resume``,
-``cut_logs``). DLedger data files (``Split.entries``, §15) are walked entry by entry."""
+"""Byte-range splits of commit log segments for parallel scans, and the check that keeps them exact. A split owns the records
+whose first byte lies in it (reference §2.6), resynchronising off a segment start (``find_split_start``); stale records can follow
+the logical end (§8.9), so ``check_handoffs`` accepts a split only where the chain before it ends, ``check_splits`` reads damage
+as ``mqtool dump``."""
 
 from __future__ import annotations
 
@@ -84,12 +80,9 @@ class Split:
         return Segment(self.path, self.base_offset, self.size, self.entries)
 
     def resume(self, end: ScanEnd) -> int | None:
-        """Where this segment's records go on after a walk that stopped at ``end``, or None: past
-        damage or zeros before ``resume_before`` (where the broker's next start scans from: it never
-        reads them and serves the records after them, as ``mqtool dump`` reads on, ``cli.common.read_on``),
-        and with ``keep_going`` past any damage (not zeros: the end of the written data), at the next
-        record start in the segment; never past a blank, the end of the segment's records. In a DLedger store (``served``)
-        past the damage its broker keeps, where ``dump`` reads on (``dledgerstart.walk_resume``; maybe in a later file)."""
+        """Where this segment's records go on after a walk that stopped at ``end``, or None: past damage or zeros before
+        ``resume_before`` (the broker never reads them, as ``cli.common.read_on``), with ``keep_going`` past any damage, never
+        past a blank; in a DLedger store (``served``) past the damage its broker keeps (``dledgerstart.walk_resume``)."""
         if end.reason in (StopReason.LIMIT, StopReason.NO_SEGMENTS, StopReason.BLANK_LAST):
             return None
         if self.served is not None:
@@ -142,11 +135,8 @@ def plan_splits(segments: Iterable[Segment], split_size: int | None = None, resu
 
 def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: int | None = None, *, entries: bool = False,
                      records_from: int = 0) -> int | None:
-    """Where a split of ``[start, stop)`` resumes, or None: ``records_from`` (the segment's first
-    record read), else the first record describing itself with the ``RESYNC_CHAIN`` records after it
-    doing the same, or an end-of-file blank whose size is the bytes left; with ``entries``, the first
-    entry header describing itself (``fastscan.find_record_start``, the one resynchronisation). Holes
-    of a sparse file are not read when ``fd`` is the file's."""
+    """Where a split of ``[start, stop)`` resumes, or None: ``records_from``, else ``fastscan.find_record_start`` (the one
+    resynchronisation; ``entries``: DLedger entry headers), skipping a sparse file's holes when ``fd`` is the file's."""
     if start == records_from:
         return start
     data = fs.first_nonzero(array, start, min(array.shape[0], stop + fs.POS_MAGIC), fd)
@@ -158,11 +148,9 @@ def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: in
 
 
 class SplitScan:
-    """The compiled walk over one split: yields ``SegmentBatch`` es; afterwards ``first``, ``exit``,
-    ``records`` and ``end`` describe what it read. ``WINDOW`` bytes are mapped at a time; CRCs are
-    checked without stopping (``crc_ok``); it ends where a scan of the segment from the split's first
-    record would (read on past damage ``Split.resume`` skips, listed in ``skipped``), or at the first
-    record starting at or after ``end``."""
+    """The compiled walk over one split, ``WINDOW`` bytes mapped at a time, CRCs checked without stopping: yields ``SegmentBatch``
+    es, then ``first``, ``exit``, ``records``, ``end`` say what it read. It ends where a scan of the segment would (reading past
+    what ``Split.resume`` skips, listed in ``skipped``), or at the first record at or after ``end``."""
 
     def __init__(self, split: Split, *, check_crc: bool = True, window: int = WINDOW, batch: int = 1 << 15):
         self.split, self.check_crc, self.window, self.batch = split, check_crc, window, batch
@@ -214,9 +202,7 @@ class SplitScan:
 
     def _damaged_first_entry(self, found: int | None) -> int | None:
         """Where this DLedger split's records begin: the first entry its broker serves in it (``dledgerstart.served_entry_after``)
-        when the resynchronisation (``find_split_start``: ``found``) passed it, the split before stops there, and the entry's
-        header alone is broken, its broker keeping it (``resume``) and serving the record inside (``_loose``): this split owns
-        it and reads on from it as ``mqtool dump`` does. Else ``found`` (``check_splits`` reads the damage before it)."""
+        when the resynchronisation passed it and its header alone is broken, as ``mqtool dump`` reads it; else ``found``."""
         from .dledgerstart import record_in_broken_entry, served_entry_after
 
         split, base = self.split, self.split.base_offset
@@ -279,11 +265,9 @@ class Damage(NamedTuple):
 
 def check_handoffs(results: Iterable[SplitResult], resume: Callable[[SplitResult, int], int | None] | None = None,
                    ends: dict[Hashable, int] | None = None) -> list[Rejected]:
-    """The splits whose first record is not where the chain of the splits before it ends: per
-    segment, in offset order, from its ``chain_start``; empty splits neither break nor extend
-    the chain. ``resume(split, chain_end)``: where the records go on when damage the broker never
-    reads lies at ``chain_end`` (``Split.resume``; a split whose first record is there continues the
-    chain). ``ends`` receives where each segment's chain ends."""
+    """The splits whose first record is not where the chain of the splits before it ends, per segment from its ``chain_start``
+    (empty splits neither break nor extend it). ``resume(split, chain_end)``: where the records go on past damage the broker never
+    reads (``Split.resume``). ``ends`` receives where each segment's chain ends."""
     by_segment: dict[Hashable, list[SplitResult]] = {}
     for r in results:
         by_segment.setdefault(r.segment, []).append(r)
@@ -309,11 +293,9 @@ def check_handoffs(results: Iterable[SplitResult], resume: Callable[[SplitResult
 
 def check_splits(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], Split], damage: list[Damage] | None = None,
                  skipped: Mapping[tuple[Hashable, int], Sequence[tuple[int, int]]] | None = None) -> list[Rejected]:
-    """The splits whose records are not the log ``mqtool dump`` reads: ``check_handoffs`` (read
-    past damage the broker never reads, ``Split.resume``) and ``cut_logs``. ``splits``: each
-    result's split by ``(segment, start)``. ``damage`` receives, in offset order, what ``mqtool dump``
-    reports on stderr of the log the splits that pass read: each range read past (``skipped``, by
-    ``(segment, start)``: those inside a split, as ``SplitScan.skipped`` lists them) and damage the log ends at."""
+    """The splits whose records are not the log ``mqtool dump`` reads (``check_handoffs``, ``cut_logs``); ``splits``: each
+    result's split by ``(segment, start)``. ``damage`` receives, in offset order, what ``dump`` reports on stderr: ranges read
+    past (``skipped``) and the damage the log ends at."""
     results = list(results)
     ends: dict[Hashable, int] = {}
     found: list[Damage] = []
@@ -362,13 +344,9 @@ def _joined(damage: list[Damage], entry_files: set[Hashable]) -> list[Damage]:
 
 def cut_logs(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], Split], ends: dict[Hashable, int],
              rejected: Iterable[Rejected], damage: list[Damage] | None = None) -> list[Rejected]:
-    """The splits past where each log ends, as ``mqtool dump`` reads it: the first segment whose
-    chain of records (``ends``, from ``check_handoffs``; segments keyed ``(log, base offset)``)
-    stops at damage or zeros before the last segment, rather than at its end-of-file blank, ends
-    the log unless the read goes past them (``Split.reads_past``): the broker's recovery cuts the log
-    there, and the records of the later segments are not part of it; DLedger data files alike
-    (``DLedgerMmapFileStore.recover`` cuts them where the entry walk stops, reference §15). ``damage``
-    receives where the log ends at damage and the damage read past to the next segment."""
+    """The splits past where each log ends: the first segment whose chain (``ends``) stops at damage or zeros before the last
+    segment ends the log unless the read goes past them (``Split.reads_past``), as the broker's recovery cuts it (DLedger:
+    reference §15). ``damage`` receives where the log ends at damage and the damage read past to the next segment."""
     done = {(r.segment, r.start) for r in rejected}
     by_log: dict[Hashable, dict[Hashable, list[SplitResult]]] = {}
     for r in results:
@@ -400,10 +378,8 @@ def cut_logs(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], 
 
 
 def _read_past(key: Hashable, split: Split, stop: ScanEnd) -> tuple[list[Damage], ScanEnd]:
-    """From damage ``stop`` where a segment's chain of records ends, the ranges read past inside the segment, one at a time
-    as ``mqtool dump`` reads them (``Split.resume``: adjacent damaged DLedger entries, a stale ``index/``), up to the damage
-    the read stops at or goes on past to a record, the end of the written data or the next segment: ``(ranges, that
-    damage)``. Where the split owning them read no record, no row carries them (``SplitScan.skipped``)."""
+    """From damage ``stop`` ending a segment's chain, the ranges read past inside the segment one at a time as ``mqtool dump``
+    does (``Split.resume``), up to the damage the read stops at or goes on past: ``(ranges, that damage)``."""
     steps = []
     while (resumed := split.resume(stop)) is not None and resumed < split.base_offset + split.size:
         following = split.end_at(resumed)
