@@ -1,13 +1,6 @@
-"""Durable file operations (used by ``mqtool.apply`` and ``mqtool.apply.writers``): every change reaches the disk before the journal says it happened.
-
-Whole files change through a temporary file + fsync + rename (+ fsync of the directory), or, where the
-rename would cross file systems (a store folder that is a link or mount to another disk), a copy beside
-the file renamed over it (``install``); byte ranges change in place followed by fsync. Copies keep
-holes (sparse pre-allocated segments stay sparse) and hard links are used where the file system
-allows, so backing up a 1 GiB segment that is about to be deleted costs nothing. A file written in
-place of a store file takes its owner and permission bits (``owner_for``): the broker runs as its own
-user, mqtool often as root.
-"""
+"""Durable file operations for ``mqtool.apply``: every change reaches the disk before the journal says so. Whole files: temporary
+file, fsync, rename (``install``: a copy beside it across file systems); ranges: in place, fsync. Copies keep holes, hard links
+where allowed; a written file takes the store file's owner and mode (``owner_for``)."""
 
 from __future__ import annotations
 
@@ -94,10 +87,8 @@ A_DIRECTORY, A_SPECIAL, A_SOCKET = "a directory", "a FIFO, socket or device node
 
 
 def not_a_file(path: Path) -> str | None:
-    """What is at ``path`` (through a symlink) where the broker opens a file by name and finds none it can read:
-    ``A_DIRECTORY``, ``A_SOCKET`` (Java's open fails at once, ENXIO, as a directory's does) or ``A_SPECIAL`` (a FIFO or
-    device node: its open waits for a writer, or opens the device); each never opened here. None: a regular file, or
-    nothing there (a dangling symlink too)."""
+    """What is at ``path`` (through a symlink) where the broker opens a file and finds none it can read: ``A_DIRECTORY``,
+    ``A_SOCKET`` (ENXIO) or ``A_SPECIAL`` (FIFO, device node), never opened here; None: a regular file or nothing."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -169,12 +160,9 @@ def set_owner(path: Path, owner: Owner | None) -> bool:
 
 
 def install(tmp: Path, target: Path, owner: Owner | None = None) -> None:
-    """Put the fsynced file ``tmp`` in place of ``target``, whole or not at all, with ``owner`` (None: as
-    ``tmp`` is): a rename; where that would cross file systems (``EXDEV``: ``target``'s folder a link or
-    mount to another disk), a copy ``beside`` it (fsynced, ``tmp``'s owner and mtime) renamed over it,
-    then ``tmp`` deleted. The caller fsyncs ``target``'s folder. A ``target`` that is a symlink to a file (a segment
-    an operator keeps on another disk) is kept: the file it names is replaced (its folder fsynced here), so ``restore``
-    gives back the same layout."""
+    """Put the fsynced file ``tmp`` in place of ``target``, whole or not at all, with ``owner``: a rename, or across file systems
+    (``EXDEV``) a copy beside it renamed over it. A symlinked ``target`` is kept, the file it names replaced. The caller fsyncs
+    the folder."""
     if set_owner(tmp, owner):
         fsync_path(tmp)
     linked = os.path.islink(target) and os.path.isfile(target)
@@ -244,10 +232,8 @@ def remove_entry(path: Path) -> None:
 
 
 def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None, copied: Callable[[int], None] | None = None) -> str:
-    """Make ``dst`` hold ``src``'s bytes: a hard link if possible, else a sparse copy (``copied``
-    told its blocks), written through a temporary name. Durable on return, or once the caller
-    fsyncs the directories it collects in ``synced``. Returns ``"link"`` or ``"copy"``. A symlink's file is what is kept
-    (``link(2)`` would link the symlink itself, whose bytes would then be the file's after the repair)."""
+    """Make ``dst`` hold ``src``'s (a symlink's file's) bytes: a hard link if possible, else a sparse copy through a temporary
+    name; durable once the caller fsyncs the directories in ``synced``. Returns ``"link"`` or ``"copy"``."""
     makedirs(dst.parent, synced=synced)
     tmp = dst.with_name(dst.name + ".part")
     tmp.unlink(missing_ok=True)

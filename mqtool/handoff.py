@@ -1,17 +1,6 @@
-"""Bounded, in-order hand-offs between a command's thread and one helper thread.
-
-The compiled kernels release the GIL (``nogil=True``), so on two CPUs the kernels of one thread
-run while another's do. Two shapes serve the commands:
-
-- ``Stage``: the helper consumes, applying ``work`` to every item ``put``, in the order put
-  (verify's cross-checks beside the commit log check's walk, ``verify/sharedwalk.py``);
-- ``produced_in_thread``: the helper produces, running a generator ahead while the caller
-  consumes its items (the recovery scan's dispatch and the dispatch cache's read-back,
-  ``recovery/dispatch.py``).
-
-In both, at most ``depth`` items wait, so memory stays flat however far one side could run ahead,
-and an exception in the helper is raised again in the caller's thread.
-"""
+"""Bounded, in-order hand-offs between a command's thread and one helper thread (the kernels release the GIL): ``Stage`` consumes
+(verify's cross-checks), ``produced_in_thread`` produces (the recovery dispatch); at most ``depth`` items wait, and a helper's
+exception is raised again in the caller."""
 
 from __future__ import annotations
 
@@ -39,13 +28,8 @@ def usable_cpus() -> int:
 
 
 class Stage:
-    """``work(item)`` for every item ``put``, in order, in a thread of its own; whatever ``work``
-    yields comes out in the order a loop would have made it.
-
-    The putting thread waits only in ``queue.SimpleQueue.get``, whose wait a Ctrl-C interrupts
-    whole: a ``queue.Queue`` waits on a ``threading.Condition``, and a KeyboardInterrupt raised
-    while it takes back its lock leaves the lock released under the other thread, which can then
-    miss the wake-up of the item that would end it (``close`` waited forever)."""
+    """``work(item)`` for every item ``put``, in order, in a thread of its own, its yields in loop order. The putter waits only in
+    ``SimpleQueue.get``, which a Ctrl-C interrupts whole (a ``queue.Queue``'s ``Condition`` can lose the wake-up)."""
 
     def __init__(self, work: Callable[[object], None], depth: int, name: str):
         self.work = work
@@ -118,10 +102,8 @@ class Stage:
 
 
 def produced_in_thread(items: Iterator, name: str, depth: int = 2) -> Iterator:
-    """``items`` produced in a thread of its own, up to ``depth`` ahead of the caller; closing
-    the returned generator (or leaving it early) stops the thread and closes ``items`` there.
-    The caller waits only in ``SimpleQueue.get`` (see ``Stage``), and the producer never waits
-    without looking whether the caller has stopped."""
+    """``items`` produced in a thread of its own, up to ``depth`` ahead; closing the generator stops the thread and closes
+    ``items``. The caller waits only in ``SimpleQueue.get`` (``Stage``)."""
     channel: queue.SimpleQueue = queue.SimpleQueue()
     places: queue.SimpleQueue = queue.SimpleQueue()  # one token per item the producer may be ahead
     for _ in range(depth):

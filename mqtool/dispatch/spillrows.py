@@ -1,18 +1,6 @@
-"""The compiled packing of ``DispatchCache``'s spill: the columns of a dispatch batch the consume
-queue and index writers read, moved between the batch's row-major ``fields`` and the spill's
-column blocks in one pass over the rows each way (a numpy column at a time strides through every
-row once per column).
-
-A batch of ``n`` rows and ``k`` keys is spilled as, in order: the ``WIDE`` columns as ``n``
-little-endian int64 each, the ``NARROW`` columns and the topic ids as int32 each (a queue id,
-size, sys flag or key count fits in 32 bits; a topic id is below 2**31), the flags as int8,
-zero padding to 8 bytes, then the ``k`` finished index key hashes as int32 (each below 2**31:
-``DispatchCache.add`` checks), then the batch's consume queue grouping (``queuegroups``): zero
-padding to 8 bytes, the ``g`` group keys and ``g + 1`` group starts as int64, and each row's
-place in the grouped columns (``dest``) as int32, so the apply gets the grouped columns while
-unpacking, without grouping again. Blocks start 8-byte aligned for the int64 ones and 4-byte
-aligned for the int32 ones, so they are read and written as typed views.
-"""
+"""The compiled packing of ``DispatchCache``'s spill: a batch's row-major ``fields`` to and from column blocks in one pass each
+way. A batch of ``n`` rows and ``k`` keys: ``WIDE`` int64 columns, ``NARROW`` int32 and topic ids, int8 flags, ``k`` int32 key
+hashes, the consume queue grouping (``queuegroups``: keys, starts, ``dest``), each block aligned for typed views."""
 
 from __future__ import annotations
 

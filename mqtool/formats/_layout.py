@@ -1,15 +1,6 @@
-"""Fast codecs derived from the construct schemas.
-
-The construct schemas in this package are the single declaration of every layout; construct's
-interpreter is far too slow to scan a store with, so this module derives a big-endian
-``struct.Struct`` from a schema's leading fixed-width fields, resolving ``IfThenElse`` branches
-against a given context (e.g. the sys-flag bits that choose a 4- or 16-byte host address), and
-refuses anything it cannot translate exactly.
-
-The format modules write their codecs out (``written``) and build their schemas on first use
-(``declared_on_use``), so a lookup never imports ``construct``; ``tests/test_format_codecs.py``
-holds every written codec equal to its derivation here, so a schema change cannot drift silently.
-"""
+"""Fast codecs derived from the construct schemas, the single declaration of every layout: a big-endian ``struct.Struct`` of a
+schema's leading fixed-width fields (``IfThenElse`` resolved by a context), refusing what it cannot translate exactly. Format
+modules write their codecs out (no ``construct`` import); ``tests/test_format_codecs.py`` holds them equal to the derivation."""
 
 from __future__ import annotations
 
@@ -85,12 +76,8 @@ def _field_code(subcon: construct.Construct, context: Mapping[str, Any]) -> str 
 
 
 def derive_fixed(schema: construct.Struct, context: Mapping[str, Any] | None = None, *, stop_at: str | None = None) -> FixedLayout:
-    """Derive the leading fixed-width block of ``schema``.
-
-    Fields are taken in order until one whose width depends on earlier data (or ``stop_at``,
-    exclusive). Every field taken must be a big-endian ``FormatField``, fixed ``Bytes`` or
-    ``Padding``, possibly behind ``IfThenElse`` branches that ``context`` decides.
-    """
+    """The leading fixed-width block of ``schema``: fields up to one whose width depends on earlier data (or ``stop_at``), each a
+    big-endian ``FormatField``, fixed ``Bytes`` or ``Padding``, possibly behind ``IfThenElse`` branches ``context`` decides."""
     context = dict(context or {})
     fields = []
     for sc in schema.subcons:

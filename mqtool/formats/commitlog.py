@@ -1,16 +1,6 @@
-"""Commit log records (reference §2, §3.1).
-
-A commit log segment is a run of variable-length, big-endian records with no padding. A record
-never crosses a segment; when the next one does not fit, the broker writes an end-of-file
-blank record (TOTALSIZE, BLANK magic) and continues in the next segment. Sources:
-``CommitLog.DefaultAppendMessageCallback`` / ``MessageExtEncoder`` (writer) and
-``CommitLog.checkMessageAndReturnSize`` (reader), RocketMQ 4.0.0 - 5.3.3.
-
-``CommitLogMessageStruct`` and ``CommitLogBlankStruct`` are the declarations. ``decode_record`` is the one
-decoder every command uses: it runs on ``struct`` layouts derived from the declaration
-(``formats._layout``) with the bounds checks the broker applies, and ``encode_message`` is its
-inverse. Tests hold both equal to construct on every fixture record.
-"""
+"""Commit log records (reference §2, §3.1): big-endian records, never crossing a segment (an end-of-file blank fills the rest), as
+``DefaultAppendMessageCallback``/``MessageExtEncoder`` write and ``checkMessageAndReturnSize`` reads them (4.0.0-5.3.3).
+``decode_record``, the one decoder, and its inverse ``encode_message`` run on ``struct`` layouts derived from the declarations."""
 
 from __future__ import annotations
 
@@ -148,10 +138,8 @@ _RECORD_FIELDS = ("offset", *_IPV4_HEADER.names, "body", "topic_length", "topic"
 
 
 class CommitLogRecord(namedtuple("CommitLogRecord", _RECORD_FIELDS)):
-    """A decoded message record: ``offset`` (where it was found) + every stored field.
-
-    Field names and values equal ``CommitLogMessageStruct.parse``; the properties below present them.
-    """
+    """A decoded message record: ``offset`` (where it was found) and every stored field, as ``CommitLogMessageStruct.parse`` names
+    them."""
 
     __slots__ = ()
 
@@ -199,13 +187,9 @@ Record = Union[CommitLogRecord, BlankRecord]
 
 
 def decode_record(buf, pos: int = 0, base_offset: int = 0, end: int | None = None) -> Record:
-    """Decode the record at ``buf[pos:]`` (``base_offset + pos`` is its commit log offset).
-
-    Follows ``checkMessageAndReturnSize`` without the CRC check (see ``CommitLogRecord.crc_ok``):
-    raises ``TruncatedRecord`` where a field runs past ``end`` (default: the buffer end),
-    ``CorruptRecord`` for an illegal magic code or an impossible length, and ``LengthMismatch``
-    when TOTALSIZE disagrees with the fields (the broker's "half message").
-    """
+    """Decode the record at ``buf[pos:]`` (commit log offset ``base_offset + pos``) as ``checkMessageAndReturnSize`` without the
+    CRC: ``TruncatedRecord`` past ``end``, ``CorruptRecord`` for a bad magic or length, ``LengthMismatch`` (the broker's "half
+    message")."""
     if end is None:
         end = len(buf)
     offset = base_offset + pos
@@ -255,11 +239,8 @@ def decode_record(buf, pos: int = 0, base_offset: int = 0, end: int | None = Non
 
 
 def encode_message(record: CommitLogRecord | dict, *, compute_crc: bool = False) -> bytes:
-    """Build a message record's bytes from its fields (inverse of ``decode_record``).
-
-    TOTALSIZE and the three lengths are recomputed from ``body``, ``topic`` and ``properties``
-    (the broker's encoder does the same); ``compute_crc`` also recomputes BODYCRC.
-    """
+    """A message record's bytes from its fields (``decode_record``'s inverse): sizes recomputed as the broker's encoder does;
+    ``compute_crc`` recomputes BODYCRC too."""
     f = record._asdict() if isinstance(record, CommitLogRecord) else dict(record)
     body, topic, properties = bytes(f["body"]), bytes(f["topic"]), bytes(f["properties"])
     magic = f.get("magic_code", MESSAGE_MAGIC_V1)

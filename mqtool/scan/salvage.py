@@ -1,14 +1,7 @@
-"""``SalvageScan``: every valid record of a commit log as Arrow batches, including those after damage.
-
-The broker's recovery keeps the records up to the first invalid one (``CommitLog.recoverNormally`` /
-``recoverAbnormally``, reference §8.3, with ``checkCRCOnRecover``) and truncates the rest. This scan
-reads them all with a ``status`` of docs/reading.md: ``live``, ``past-damage`` or ``stale`` (§8.9).
-The cut is the broker's next start's (``store.nextstart``). Past the cut, segments are analysed with ``segments.analyze_segment`` (the resynchronising walk of
-``verify --keep-going``; a DLedger data file's entries: ``_entry_report``), each run classified as
-``CommitLogCheck._after_end`` classifies it, then read through ``read_batches``; a record whose body CRC
-fails is skipped (``skipped``). In a DLedger store the live walk goes on past damage its recovery keeps
-(``_kept_past``, §15.4, §15.5), the record inside an entry whose header alone is broken by ``dledgerstart.loose_walk``.
-"""
+"""``SalvageScan``: every valid record of a commit log as Arrow batches, those after the broker's cut (reference §8.3, §8.9;
+``store.nextstart``) too, with a ``status`` (docs/reading.md). Past the cut, segments are walked as ``verify --keep-going`` does
+(``segments.analyze_segment``); bad-CRC records are ``skipped``; DLedger stores read on past damage their recovery keeps (§15.4,
+§15.5)."""
 
 from __future__ import annotations
 
@@ -122,10 +115,9 @@ class SalvageScan:
             self.summary.unread = Unread(start, resumed, lost)
 
     def _kept_past(self, end: ScanEnd) -> tuple[int, FastScan | None] | None:
-        """In a DLedger store, where the log the broker serves goes on past damage its recovery keeps
-        (``CommitLog.resume_after_damage``: a record inside an entry, the classic log of a mixed store), the bad-CRC
-        record skipped (``skipped``), other damage ``unreadable``, and the whole record inside an entry whose header
-        alone is broken, which the broker serves (its walk, ``dledgerstart.loose_walk``; else None); else None."""
+        """In a DLedger store, where the served log goes on past damage its recovery keeps (``CommitLog.resume_after_damage``):
+        bad-CRC record ``skipped``, other damage ``unreadable``, and the walk of a record inside a header-broken entry
+        (``dledgerstart.loose_walk``); else None."""
         resume = self.store.commitlog.resume_after_damage(end) if self.store.is_dledger else None
         if resume is None:
             return None
@@ -137,10 +129,8 @@ class SalvageScan:
         return resume, walk
 
     def _served_to(self, walked: ScanEnd) -> ScanEnd:
-        """Where the broker's next start ends the log (``store.nextstart``), settled from this scan's
-        walk from the first segment: damage before the segment its recovery scans from is never read
-        (``CommitLog.recoverNormally`` / ``recoverAbnormally``, reference §8.3), so the records after
-        it up to that end are live (a record whose dispatch throws stops that start: ``verify.lmq.with_stall``, which the CLI adds)."""
+        """Where the broker's next start ends the log (``store.nextstart``), settled from this scan's walk: damage before its
+        recovery's start segment is never read, so records up to that end are live (reference §8.3)."""
         self.next_start = found = next_start(self.store, walked if self.store.config.check_crc_on_recover else None, self.store.commitlog.min_offset)
         return walked if found.logical_end in (None, walked.offset) else ScanEnd(found.logical_end, found.end_reason)
 
@@ -198,12 +188,9 @@ class SalvageScan:
         return self.store.is_dledger and cl.is_entry_file(cl.segments[index])
 
     def _entry_report(self, index: int, start: int) -> SegmentReport:
-        """``analyze_segment``'s runs and gaps for a DLedger data file from ``start``: the one walk (``FastScan``, CRC
-        unchecked: ``_read`` skips a bad one) from the first entry there that describes itself or whose record does
-        (``dledgerstart.readable_entry``), on past each damage where every readable entry is read on
-        (``dledgerstart.walk_resume`` with ``every``; the record inside an entry whose header alone is broken a run of its
-        own, ``record_in_broken_entry``, as ``loose_walk`` reads it), up to the file's blank or the end of its data
-        (reference §15.2)."""
+        """``analyze_segment``'s runs and gaps for a DLedger data file from ``start`` (reference §15.2): one ``FastScan`` from the
+        first readable entry, on past each damage to every readable entry (``dledgerstart.walk_resume`` with ``every``), up to the
+        blank or end of data."""
         cl = self.store.commitlog
         seg = cl.segments[index]
         report = SegmentReport(index, str(seg.path), seg.base_offset, seg.size, start, seg.size)

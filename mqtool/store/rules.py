@@ -1,14 +1,6 @@
-"""The broker's store rules by version: the eras of ``rocketmq-rules-by-version.md`` and each rule's variant.
-
-Every rule that changes the bytes on disk or the recovery outcome changed at some release; a
-maximal run of releases that follow the same variant of every rule is an *era* (E0 = 3.2.6 ...
-E18 = 5.3.2-5.3.3; the file's E15 is split here into E15a = 5.1.1 and E15b = 5.1.2 by the LMQ rule, §3.12,
-a rule that changes inside it). ``ERAS`` lists them in release order (4.9.5-4.9.8 branch off 4.9.4 but sort
-between 4.9.4 and 5.0.0, and no rule first seen in 5.0.0 is in them). ``VersionRules`` answers,
-for one version, which variant of each rule it follows, by era: readers and planners ask it
-instead of comparing versions themselves. Each property names its row of the rules file (§ = row
-number there) and the broker method it mirrors.
-"""
+"""The broker's store rules by version: the eras of ``rocketmq-rules-by-version.md`` (E0 = 3.2.6 ... E18 = 5.3.2-5.3.3; E15 split
+into E15a/E15b by the LMQ rule §3.12), in release order (``ERAS``). ``VersionRules`` says which variant of each rule a version
+follows; each property names its row (§) of the rules file and the broker method it mirrors."""
 
 from __future__ import annotations
 
@@ -242,11 +234,8 @@ class VersionRules:
     @property
     def lmq_rule(self) -> int:
         """§3.12: the records whose ``INNER_MULTI_DISPATCH`` ``checkMultiDispatchQueue`` skips (``formats.dispatch.LMQ_SKIP_*``):
-        every one before 4.9.3, which has no multi-dispatch (``NO_MULTI_DISPATCH``), none in 4.9.3-5.1.0, %RETRY% topics in 5.1.1 (E15a), also rmq_sys_wheel_timer and SCHEDULE_TOPIC_XXXX and queue
-        names holding "/" in 5.1.2-5.1.4 (E15b-E16; ``ConsumeQueue.checkMultiDispatchQueue``, ``multiDispatchLmqQueue``
-        @5.1.2: the rules file dates the "/" rule 5.2.0), every rmq_sys_ topic from 5.2.0 (``MultiDispatchUtils``). The
-        rules file's E15 (5.1.1-5.1.2) holds two variants: split here into E15a and E15b so that a store that could be
-        either is planned under both (a planning rule)."""
+        all before 4.9.3, none to 5.1.0, %RETRY% in 5.1.1 (E15a), also the timer/schedule topics and "/" names in 5.1.2-5.1.4
+        (E15b-E16), every rmq_sys_ topic from 5.2.0 (``MultiDispatchUtils``)."""
         index = self.era.index
         for since, rule in (("E17", LMQ_SKIP_SYSTEM), ("E15b", LMQ_SKIP_RETRY_TIMER_SCHEDULE), ("E15a", LMQ_SKIP_RETRY), ("E12", LMQ_SKIP_NONE)):
             if index >= _BY_NAME[since].index:

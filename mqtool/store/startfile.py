@@ -1,14 +1,6 @@
-"""Where the broker's commit log recovery starts scanning (reference §8.4, §8.5).
-
-- Abnormal recovery (``recoverAbnormally``): from the newest segment backwards, the first whose
-  first record passes ``isMappedFileMatchedRecover``: magic V1 (V2 too from 5.1.0), a non-zero
-  STORETIMESTAMP, and that time <= ``checkpoint.getMinTimestamp()`` (min(physic, logics) - 3 s),
-  or <= ``getMinTimestampIndex()`` when ``messageIndexEnable && messageIndexSafe``. Else segment 0.
-- Normal recovery (``recoverNormally``): the third-from-last segment (4.0-5.3.1); from 5.3.2 the
-  newest segment (searched down to index 1) whose name is <= the max CQ physical offset
-  (``max_queue_phys_offset``, ``recoverConsumeQueue``'s result), else 0.
-Segments before the start are never validated.
-"""
+"""Where the broker's commit log recovery starts scanning (reference §8.4, §8.5): abnormal, the newest segment whose first record
+passes ``isMappedFileMatchedRecover``, else 0; normal, the third-from-last (4.0-5.3.1) or, 5.3.2+, the newest named at or below
+the consume queues' max physical offset. Segments before the start are never validated."""
 
 from __future__ import annotations
 
@@ -35,11 +27,8 @@ _HEAD_TIMES: "weakref.WeakKeyDictionary[CommitLog, dict]" = weakref.WeakKeyDicti
 
 
 def first_record_store_time(commitlog: CommitLog, index: int, accept_v2: bool, skip: int = 0) -> int | None:
-    """STORETIMESTAMP of the record at the start of segment ``index`` (after ``skip`` bytes: a
-    DLedger entry header) as ``isMappedFileMatchedRecover`` reads it (no validation beyond the
-    magic code), or None. Read once a commit log (the store model is read-only; a write reopens the
-    store): a plan or lookup settles the start under each candidate version, and each settling maps
-    every segment back to the start one (a store of a thousand segments, a thousand maps)."""
+    """STORETIMESTAMP of the first record of segment ``index`` (after ``skip`` bytes: a DLedger entry header) as
+    ``isMappedFileMatchedRecover`` reads it, or None; read once per commit log (every candidate version's start asks)."""
     known = _HEAD_TIMES.setdefault(commitlog, {})
     if (index, accept_v2, skip) not in known:
         known[index, accept_v2, skip] = _read_head_time(commitlog, index, accept_v2, skip)
@@ -87,21 +76,17 @@ def max_queue_phys_offset(store: Store) -> int:
 
 
 def log_recovery_mode(store: Store, rules: VersionRules, mode: str | None = None) -> str:
-    """How the classic commit log is recovered: ``mode`` (default: abnormal with the abort file present,
-    else normal), but as after a clean stop by a DLedger broker of 4.5.0-5.1.4 loading it with no DLedger
-    data file ("the first time to load mixed commitlog"): its ``DLedgerCommitLog.recover`` runs
-    ``super.recoverNormally`` after a crash too ("No need the abnormal recover"); 5.2.0+
-    ``dledgerRecoverAbnormally`` runs ``super.recoverAbnormally`` (§8.4)."""
+    """How the classic commit log is recovered: ``mode`` (default by the abort file), but normal where a 4.5.0-5.1.4 DLedger
+    broker loads it with no DLedger data file (``DLedgerCommitLog.recover``: "No need the abnormal recover"; 5.2.0+ abnormal,
+    §8.4)."""
     mode = mode or ("abnormal" if store.abort_present else "normal")
     return "normal" if mode == "abnormal" and store.is_dledger and not rules.dledger_abnormal_redispatch else mode
 
 
 def recovery_start(store: Store, rules: VersionRules, *, mode: str | None = None, index_safe: bool | None = None,
                    max_cq_phys_offset: int | None = None, segments: list | None = None) -> ScanStart:
-    """Where the broker's start-up recovery scans from (``DefaultMessageStore.recover``): abnormal with
-    the abort file present, else normal. ``mode``, ``index_safe`` (default: the store's config), the
-    consume queues' max physical offset (default: recovered here) and a normal recovery's ``segments``
-    (default: the store's; a planner's, those another recovery leaves) may be given by a planner."""
+    """Where ``DefaultMessageStore.recover`` scans from (abnormal with the abort file, else normal); ``mode``, ``index_safe``, the
+    consume queues' max physical offset and ``segments`` default to the store's and may be given by a planner."""
     cl, segments = store.commitlog, store.commitlog.segments if segments is None else segments
     if not segments:
         return ScanStart(0, 0, "no commit log segment")

@@ -1,10 +1,6 @@
-"""The 5.x timer store of a broker store directory, read-only (reference §9).
-
-``timerlog/`` is a file queue of 52-byte units (``formats/timer.py``), ``timerwheel`` a table of 32-byte slots and
-``config/timercheck`` the timer checkpoint. ``TimerLog.walk`` reads units as ``TimerMessageStore.recoverAndRevise``
-does: a blank unit moves to the next file, one of a wrong size or magic ends the log. ``TimerLog.load`` is its
-``MappedFileQueue.load`` (5.0.0-5.3.3), and ``BrokerController.initialize`` takes its false (``timerMessageStore.load``,
-``timerWheelEnable`` on by default) as a failed start: ``TimerLogListing`` is what it lists."""
+"""The 5.x timer store, read-only (reference §9): ``timerlog/`` (52-byte units), ``timerwheel`` (32-byte slots),
+``config/timercheck``. ``TimerLog.walk`` reads units as ``recoverAndRevise``; ``TimerLogListing`` is what its
+``MappedFileQueue.load`` lists, whose false fails the start (5.0.0-5.3.3)."""
 
 from __future__ import annotations
 
@@ -134,12 +130,9 @@ class RecoveredWheel:
 
 def recovered_wheel(slots: list[fmt.WheelSlot], units: dict[int, tuple[int, int]], end: int, bases: list[int],
                     check: fmt.TimerCheck | None, file_size: int | None) -> RecoveredWheel:
-    """``slots`` after ``recover`` on a timer log of ``units`` (position: ``(delivery time, prevPos)``) ending at ``end``. A
-    slot's units are those of its time, the delivery time over ``timerPrecisionMs``, the precision the slots' last units
-    show (``TimerWheel.putSlot`` stores ``time / precisionMs``). ``recoverAndRevise`` sets the ``lastPos`` of the slot of
-    each unit it walks to that unit (``TimerWheel.reviseSlot``, firstPos IGNORE), from ``first_pass_start`` (the log's files at
-    ``bases``, their size ``file_size``); ``checkPhyPos`` then starts a second from the file of the least ``firstPos`` of the
-    slots from ``read_from`` on whose ``lastPos`` still exceeds the end."""
+    """``slots`` after ``recover`` on a timer log of ``units`` ending at ``end``: ``recoverAndRevise`` sets each walked unit's
+    slot ``lastPos`` (``TimerWheel.reviseSlot``) from ``first_pass_start``; ``checkPhyPos`` walks again from the least stale
+    ``firstPos``."""
     first_pass = first_pass_start(bases, check, file_size)
     shown = Counter(units[s.last_pos][0] // s.time_slot for s in slots if s.last_pos in units and s.time_slot > 0)
     precision = shown.most_common(1)[0][0] if shown else fmt.DEFAULT_PRECISION_MS
@@ -160,10 +153,9 @@ def recovered_wheel(slots: list[fmt.WheelSlot], units: dict[int, tuple[int, int]
 
 
 def chain_break(last_pos: int, units: dict[int, tuple[int, int]], start: int) -> tuple[int | None, int] | None:
-    """Where ``TimerMessageStore.dequeue``, walking a slot back from ``last_pos`` by each unit's ``prevPos``, reads a position
-    of the timer log where no unit of ``units`` starts (a cut tail's blank or zeros, the log past its end), as
-    ``(the unit naming it, None: the slot, position)``; None where the walk ends, at -1 or before the log's first file at
-    ``start`` (``getWholeBuffer`` finds no file). A blank or zeros read as a unit name prevPos 0: the walk goes on at unit 0."""
+    """Where ``TimerMessageStore.dequeue``, walking a slot back from ``last_pos`` by ``prevPos``, reads a position where no unit
+    starts, as ``(the unit naming it, None: the slot, position)``; None where the walk ends (-1, or before the first file at
+    ``start``)."""
     seen: set[int] = set()
     holder, pos = None, last_pos
     while pos != -1 and pos >= start:
@@ -175,10 +167,8 @@ def chain_break(last_pos: int, units: dict[int, tuple[int, int]], start: int) ->
 
 
 def cut_at(path: Path) -> int | None:
-    """Where the bytes of a timer log file show it was cut: at the unit the cut crosses (bytes after its last 52-byte
-    boundary, neither zeros nor a whole blank), or at its end where fewer than a blank's 16 bytes follow a whole unit
-    (``TimerLog.append`` writes a unit only with room for its end-of-file blank after it). None: they do not show it (a
-    cut in its unwritten zeros reads as a smaller configured size)."""
+    """Where a timer log file's bytes show it was cut: the unit the cut crosses, or its end with under a blank's 16 bytes after a
+    whole unit (``TimerLog.append`` leaves room for the blank); None where they do not show it."""
     with MappedFile(path) as mf:
         buf, size = mf.buf, mf.size
         at = size - size % fmt.UNIT_SIZE
@@ -198,11 +188,9 @@ def lone_file_size(path: Path, size: int) -> int:
 
 @dataclass(frozen=True)
 class TimerLogListing:
-    """``timerlog/`` as ``TimerLog.load``'s ``MappedFileQueue.load`` (5.0.0-5.3.3) lists it, in one listing
-    (``mappedfile.folder_entries``): ``file_size`` the files' (``mappedFileSizeTimerLog``: broker.conf's or its default
-    where one is given, ``size_from`` "config"; else inferred from the files, "others", or a lone file's, "default" where it
-    shows a cut, ``lone_file_size``), the files of another length (``wrong_length_files``: verify's ``timer-file-size``) and
-    the entries that are no timer log file (verify's ``timer-stray-entry``), both refused by ``nextstart.timer_refusal``."""
+    """``timerlog/`` as ``TimerLog.load``'s ``MappedFileQueue.load`` lists it: ``file_size`` (``size_from``: "config", "others",
+    "default"), files of another length (``timer-file-size``) and stray entries (``timer-stray-entry``), both
+    ``nextstart.timer_refusal``'s."""
 
     files: list[tuple[int, Path]]
     entries: list[StrayEntry]
