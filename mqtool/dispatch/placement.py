@@ -1,9 +1,6 @@
-"""The broker's placement rules, pure: where a consume queue unit goes (``putMessagePositionInfo``:
-the write position, the repeat guard, fillers; reference §5.10) and which index slot and entry a
-key takes (``IndexFile.putKey``, §6.5-§6.6), on arrays of state, compiled (``_placement.pyx``).
-The recovery planner simulates queues and index files with them (``IndexPlacement``: the index
-files a dispatch fills, writing nothing); ``mqtool/apply/writers.py`` (the only writer of those
-files) writes what they place."""
+"""The broker's placement rules, pure and compiled (``_placement.pyx``): a consume queue unit's place (``putMessagePositionInfo``,
+reference §5.10) and a key's index slot and entry (``IndexFile.putKey``, §6.5-§6.6); the planner simulates with them and
+``mqtool/apply/writers.py`` writes what they place."""
 
 from __future__ import annotations
 
@@ -35,17 +32,10 @@ class QueueState:
 
 
 class IndexPlacement:
-    """``IndexService.buildIndex`` / ``IndexFile.putKey`` (§6.5-§6.8), writing nothing: which file
-    each record's keys go to, rolling to a new file when the last one is full, records below the
-    last file's end offset and ROLLBACK skipped (the keys come from the dispatch under the version's
-    ``index_rule``, rules file §4.2). ``results`` holds each file's header before and after, every
-    field but the used slots, which only ``apply.writers.IndexWriterService`` tells.
-
-    ``previous``: the last existing file's header, seeding a new file's; ``append_to=(name,
-    header)`` continues that file. New files are named from the store time of the record that needs
-    them (the broker uses the wall clock), after ``after_name`` and never one of ``taken_names``;
-    ``names``: the names the first files take instead, in order (a rebuild's, those of the files it
-    replaces: a file that already holds its bytes is left as it is, ``recovery.rebuild``)."""
+    """``IndexService.buildIndex``/``IndexFile.putKey`` (§6.5-§6.8) writing nothing: each record's file, rolling when full (rules
+    §4.2); ``results``: each file's header before and after. ``previous`` seeds a new file's header, ``append_to`` continues one;
+    new names follow the record's store time, after ``after_name``, not in ``taken_names``; ``names``: the first files'
+    (``recovery.rebuild``)."""
 
     dry = True  # ``index_records`` only counts: no slot table (``hash_slot_count`` stays as seeded), no entries
 

@@ -1,11 +1,5 @@
-"""The broker's JSON config files under ``config/`` (reference §1.4) and ``broker.conf``.
-
-Written by ``ConfigManager.persist`` (fastjson) with a ``.bak`` copy of the previous content;
-the broker loads the ``.bak`` when the file is missing, empty or undecodable. They are not
-strict JSON (bare integer map keys, ``{0:76}``): they are read with ``formats.fastjson``, which
-accepts what fastjson's own parser accepts; ``decode_config`` checks only the shape the store
-relies on.
-"""
+"""The broker's JSON config files under ``config/`` (reference §1.4), written by ``ConfigManager.persist`` with a ``.bak``, read
+with ``formats.fastjson``; ``decode_config`` checks only the shape the store relies on. And ``broker.conf``."""
 
 from __future__ import annotations
 
@@ -110,12 +104,9 @@ _OFFSET_TABLES = {"consumerOffset.json": consumer_offsets, "delayOffset.json": d
 
 
 def parse_java_properties(text: str) -> dict[str, str]:
-    """A Java properties file as ``java.util.Properties.load`` splits it (``broker.conf``, DLedger's
-    ``checkpoint`` and ``currterm``): lines end at ``\\n``, ``\\r`` or ``\\r\\n``; ``#``/``!``
-    comments; the key ends at the first ``=``, ``:`` or whitespace (space, tab, form feed), then
-    whitespace and one ``=`` or ``:`` are skipped. The value keeps its trailing whitespace, as
-    ``load`` does (``Integer.parseInt("5 ")`` throws, ``Boolean.parseBoolean("true ")`` is false);
-    backslash escapes and continued lines, which these files never hold, are not read."""
+    """A Java properties file as ``java.util.Properties.load`` splits it (``broker.conf``, DLedger's ``checkpoint``/``currterm``):
+    lines, ``#``/``!`` comments, key up to ``=``, ``:`` or whitespace; the value keeps trailing whitespace; no escapes or
+    continuations."""
     result = {}
     for line in re.split(r"\r\n|\r|\n", text):
         line = line.lstrip(" \t\f")

@@ -1,16 +1,6 @@
-"""JSON as fastjson writes and reads it: the broker's ``config/*.json`` files (reference §1.4).
-
-The broker persists its managers with ``RemotingSerializable.toJson(obj, prettyFormat)``
-(fastjson 1.2.x) and loads them with ``JSON.parseObject``. Strict JSON readers reject what that
-writer produces: map keys that are not strings are written bare (``{0:76,1:84}``: queue ids,
-delay levels), pretty format indents with tabs. fastjson's parser (``DefaultJSONParser`` with
-``JSON.DEFAULT_PARSER_FEATURE``: ``AllowUnQuotedFieldNames``, ``AllowSingleQuotes``,
-``AllowArbitraryCommas``; ``JSONLexerBase`` skips ``/* */`` and ``//`` comments and a BOM) reads
-more, so a file is unreadable here only where fastjson could not read it either.
-
-Pure parsing, no file access. ``loads`` returns plain Python values; a bare integer key is
-returned as an ``int`` (a quoted one stays a ``str``), so the document says how it was written.
-"""
+"""JSON as fastjson 1.2.x writes and reads the broker's ``config/*.json`` files (reference §1.4): bare non-string keys
+(``{0:76}``), tab indents, and what ``JSON.DEFAULT_PARSER_FEATURE`` accepts (unquoted names, single quotes, extra commas,
+comments, a BOM). ``loads`` returns plain values, a bare integer key as an ``int``."""
 
 from __future__ import annotations
 
@@ -149,10 +139,8 @@ class _Parser:
 
 
 def loads(text: str) -> Any:
-    """Parse ``text`` as fastjson's ``JSON.parse`` would (raises ``FastjsonError``).
-
-    Strict JSON (most files: fastjson quotes string keys) goes through the C ``json`` decoder,
-    which reads it exactly the same; anything else through the lenient parser."""
+    """Parse ``text`` as fastjson's ``JSON.parse`` (raises ``FastjsonError``): strict JSON through the C ``json`` decoder, which
+    reads it the same, anything else through the lenient parser."""
     try:
         return json.loads(text, parse_constant=_reject)
     except (ValueError, RecursionError):

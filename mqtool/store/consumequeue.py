@@ -26,10 +26,8 @@ _NUMPY_CODES = {"b": "i1", "h": "i2", "l": "i4", "i": "i4", "q": "i8"}
 
 
 def has_queue_directory(topic: str) -> bool:
-    """Whether the broker can create ``consumequeue/<topic>/``: a NUL in the path makes ``java.io.File``
-    invalid (``File.isInvalid``), so ``MappedFile`` cannot be created and ``putMessagePositionInfoWrapper``
-    gives up ("[BUG]consume queue can not write"). A topic has a NUL only where its bytes are damaged (the
-    TOPIC field is outside the body CRC): such a record gets no consume queue entry (reference §5.10)."""
+    """Whether the broker can create ``consumequeue/<topic>/``: a NUL (damaged TOPIC bytes) makes ``java.io.File`` invalid, so the
+    record gets no consume queue entry ("[BUG]consume queue can not write", reference §5.10)."""
     return "\x00" not in topic
 
 
@@ -324,11 +322,8 @@ def topic_listing(directory: Path) -> TopicListing:
 
 
 def topic_strays(directory: Path, listing: TopicListing | None = None) -> list[StrayEntry]:
-    """Each entry of a ``<topic>/`` folder of ``directory`` (``consumequeue/``; ``listing``: its ``topic_listing``) named by no
-    queue id (``queue_id_of``), a file or a directory alike: ``loadConsumeQueue`` parses the name of every entry
-    ``File.listFiles`` gives (``mappedfile.load_effect``'s ``LOAD_CONSUME_QUEUE``: 3.2.6 refuses to start on it, 4.0.0+ skip it).
-    An entry under ``directory`` that is no folder is skipped by every release (its ``listFiles()`` is null), and so is a
-    file named by a queue id (its queue's ``MappedFileQueue.load`` lists nothing)."""
+    """Each entry of a ``<topic>/`` folder of ``directory`` named by no queue id, which ``loadConsumeQueue`` parses
+    (``LOAD_CONSUME_QUEUE``: 3.2.6 refuses to start, 4.0.0+ skip it); ``listing``: its ``topic_listing``."""
     listing = topic_listing(directory) if listing is None else listing
     return [replace(s, offset=None, named_by=QUEUE_ID) for t, entries in listing for s in folder_entries(t, _named_by_queue_id, entries)[1]]
 
@@ -361,23 +356,17 @@ def queue_directories(directory: Path, listing: TopicListing | None = None) -> l
 
 
 def queue_path_files(directory: Path, listing: TopicListing | None = None) -> list[Path]:
-    """Each entry of a ``<topic>/`` folder of ``directory`` at a queue's own path (``<topic>/<id>``, ``QueueDirectory.read``'s
-    name) that is no directory (a file, a dangling symlink): the broker's load makes an empty queue of it (its
-    ``MappedFileQueue.load`` lists nothing), but the first entry it dispatches there cannot be written, no file being made
-    under it (``MappedFile.init``), so after 30 tries a second apart ``ConsumeQueue.putMessagePositionInfoWrapper`` marks the
-    logics queue in error and the store refuses every put (@3.2.6, 4.9.7, 5.3.3). ``listing``: ``directory``'s ``topic_listing``."""
+    """Each non-directory at a queue's own path ``<topic>/<id>``: loaded as an empty queue, but its first dispatch cannot be
+    written, and after 30 tries ``putMessagePositionInfoWrapper`` refuses every put (@3.2.6, 4.9.7, 5.3.3). ``listing``:
+    ``topic_listing``."""
     listing = topic_listing(directory) if listing is None else listing
     return [Path(e.path) for _, entries in listing for e in entries if not e.is_dir() and e.name == str(queue_id_of(e.name))]
 
 
 def discover_queues(directory: Path, file_size: int, kind: type[FileQueue] = ConsumeQueue, found: list[QueueDirectory] | None = None) -> list:
-    """Every queue (of ``kind``) the broker loads under ``directory``, by topic and id: one for each id ``queue_directories``
-    (or ``found``, its listing) finds, in ``<topic>/<id>``. ``loadConsumeQueue`` (3.2.6-4.9.8; ``ConsumeQueueStore.load``
-    from 5.0.0, batch queues too) makes a queue for every directory it takes an id from, but each reads and writes
-    ``<topic>/<id>`` (``ConsumeQueue``'s, ``BatchConsumeQueue``'s constructor): a queue whose directory is named otherwise
-    (``01``) alone is empty (``MappedFileQueue.load`` lists nothing), and a second directory of the id replaces the
-    queue by one of the same path (``putConsumeQueue``). Such a directory is never read (``QueueDirectory.read``). No queue is
-    listed where a file stands at ``<topic>/<id>`` (``queue_path_files``: an empty queue, which the broker cannot write)."""
+    """Every queue (of ``kind``) the broker loads under ``directory``, by topic and id, from ``queue_directories`` (or ``found``):
+    each reads ``<topic>/<id>`` whatever its directory's spelling (``01``: never read), a second of the id replacing it
+    (``putConsumeQueue``); none where a file stands there (``queue_path_files``)."""
     found = queue_directories(directory) if found is None else found
     loaded = {(d.topic, d.queue_id) for d in found if d.read or not os.path.lexists(directory / d.topic / str(d.queue_id))}
     return [kind(topic, queue_id, directory / topic / str(queue_id), file_size) for topic, queue_id in sorted(loaded)]

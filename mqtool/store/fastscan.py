@@ -1,9 +1,6 @@
-"""The compiled hot loop: walk commit log records at memory speed (``_fastscan.pyx``, ISA-L CRC32).
-
-``walk_segment`` applies exactly the checks of ``formats.commitlog.decode_record`` (and the
-body CRC) to a whole segment in one call, with the field positions of the construct schema's
-layouts, and records where each valid record's parts lie for numpy to gather columns from.
-CRC32 is ISA-L's ``crc32_gzip_refl``, zlib's ``crc32`` the fallback (``CRC_IMPLEMENTATION``)."""
+"""The compiled hot loop (``_fastscan.pyx``): ``walk_segment`` applies ``formats.commitlog.decode_record``'s checks and the body
+CRC (ISA-L, zlib fallback: ``CRC_IMPLEMENTATION``) to a whole segment in one call, recording where each valid record's parts
+lie."""
 
 from __future__ import annotations
 
@@ -58,12 +55,9 @@ class SegmentBatch(NamedTuple):
 
 
 class FastScan:
-    """``CommitLog.scan`` on the compiled walk: yields ``SegmentBatch`` es, then sets ``end``.
-    ``stop_on_crc`` (the broker's recovery) ends the scan at a CRC failure, else rows carry ``crc_ok = 0``;
-    ``release_behind`` unmaps pages once their batch is consumed (flat RSS); ``batch_bytes``: later
-    batches hold about that many bytes of records, between ``batch // 8`` and ``batch`` rows. ``read_window``: a
-    commit log's segments are read through a ``ReadWindow`` of that many bytes instead of walked mapped (a batch's
-    array is then that window, overwritten by the next batch, and its ``base_offset`` the window's)."""
+    """``CommitLog.scan`` on the compiled walk: yields ``SegmentBatch`` es, then sets ``end``. ``stop_on_crc`` ends at a CRC
+    failure, else ``crc_ok = 0``; ``release_behind`` unmaps consumed pages; ``batch_bytes`` sizes later batches; ``read_window``
+    reads through a ``ReadWindow`` (the batch's array is then that window) instead of a map."""
 
     def __init__(self, commitlog: CommitLog, start: int | None = None, stop: int | None = None, *, check_crc: bool = True,
                  stop_on_crc: bool = True, batch: int = 1 << 16, batch_bytes: int | None = None, release_behind: bool = False, walker=None,
@@ -266,11 +260,9 @@ def last_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None
 
 
 class PagesAhead:
-    """Maps a read-only segment map's pages ahead of a sequential walk, in a thread of its own
-    (``_pages.populate``), so the page-table work of the walk's faults runs on another core.
-    ``at(pos)``: the walk has reached ``pos``; at most ``AHEAD`` bytes past it are mapped. Nothing is
-    done before Linux 5.14 or for a buffer that is not a map. Positions go by a ``SimpleQueue``: the
-    walk's thread never waits on a lock here, so a Ctrl-C cannot leave one held."""
+    """Maps a segment map's pages up to ``AHEAD`` bytes ahead of a sequential walk (``at(pos)``) in a thread of its own
+    (``_pages.populate``, Linux 5.14+), so page-table work runs on another core; positions go by a ``SimpleQueue`` (Ctrl-C
+    safe)."""
 
     AHEAD = 16 << 20
     STEP = 2 << 20

@@ -1,10 +1,6 @@
-"""``Store.open``: a broker store directory (or one commit log folder or segment), read-only.
-
-Layout: reference §1.1; file sizes from ``--broker-config``, else from the files. A commit log
-file of the wrong length or name (``MappedFileQueue.load``, rules §2.13), a zero-length last
-file, or an entry the load lists that is no segment (``STRAY_ENTRY``: a directory, a symlink, another
-name) is left out of the segments and kept in ``Store.problems``: a finding for ``verify``, a
-note for the other commands, never a refusal to look at the rest."""
+"""``Store.open``: a broker store directory (or one commit log folder or segment), read-only (layout: reference §1.1; sizes from
+``--broker-config``, else the files). Files ``MappedFileQueue.load`` would refuse or skip (rules §2.13, ``STRAY_ENTRY``) are left
+out of the segments and kept in ``Store.problems``: findings for ``verify``, notes elsewhere."""
 
 from __future__ import annotations
 
@@ -179,11 +175,9 @@ class ConfigDocument:
 
     @property
     def bak_unusable(self) -> str | None:
-        """Why ``ConfigManager.loadBak`` returns false, or None: the file was passed over and its ``.bak`` is there but
-        ``file2String`` or ``decode`` throws on it (a directory, a socket, unreadable, undecodable); a missing or empty ``.bak``
-        (a device node too) reads as nothing (as does one 3.2.6's and 4.0.0's ``file2String`` reads as null: ``nulls``), and
-        ``loadBak`` returns true (an empty table), as does one without the table (``cfgfmt.absent``, which the broker decodes; a
-        file without it is loaded, its ``.bak`` never read)."""
+        """Why ``ConfigManager.loadBak`` returns false, or None: the file was passed over and ``file2String`` or ``decode`` throws
+        on its ``.bak``; a missing, empty or null-read ``.bak`` (``nulls``), or one without the table (``cfgfmt.absent``), loads
+        as an empty table."""
         absent, bak = cfgfmt.absent(self.name), f"config/{self.name}.bak"
         why = self.problems.get(bak, MISSING)
         if (self.doc is not None or self.problems.get(f"config/{self.name}") == absent
@@ -605,22 +599,17 @@ class Store:
 
 
 def abort_unwritable(path: Path, what: str | None) -> bool:
-    """Whether an ``abort`` that is no file (``fileops.not_a_file``: ``what``) is a FIFO or socket, which 5.0.0+
-    ``createTempFile``'s ``MixAll.string2File`` waits in or throws on (``file2String`` opens it first), never opened here; a
-    device node it reads as empty and writes the PID into (5.1.0+; 5.0.0 renames a file over it), as 3.2.6-4.9.8 only
-    ``createNewFile`` it: the start goes on, and a clean shutdown's ``File.delete`` removes it (rules 6.3, 7.4)."""
+    """Whether an ``abort`` that is no file (``what``) is a FIFO or socket, which 5.0.0+ ``MixAll.string2File`` waits in or throws
+    on; a device node is read as empty and written (rules 6.3, 7.4). Never opened here."""
     return what == A_SOCKET or what == A_SPECIAL and stat.S_ISFIFO(os.stat(path).st_mode)
 
 
 def load_config(root: Path | None, name: str, parses: dict[str, tuple] | None = None, by_chars: bool = False,
                 without: frozenset[str] = frozenset()) -> ConfigDocument:
-    """A ``config/*.json`` file of the store at ``root`` as ``ConfigManager.load`` reads it: the file, else its ``.bak`` when
-    the file is missing, a directory, unreadable, empty or undecodable (fastjson's leniencies; malformed UTF-8 replaced as
-    ``new String(bytes, UTF-8)`` does). ``parses``: "config/<file>" -> (bytes, parse or error), kept across calls.
-    ``by_chars``: as 3.2.6's and 4.0.0's ``MixAll.file2String`` (rules 7.4, ``VersionRules.reads_config_by_chars``), which
-    reads null, no throw, from a directory, an unreadable file and one whose UTF-8 (the platform charset, as 4.1.0+'s is
-    taken) decodes to fewer chars than bytes: ``ConfigDocument.nulls``. ``without``: the "config/<file>"s read as missing, as
-    once ``repair`` has moved them out (what ``verify`` reports after it)."""
+    """A ``config/*.json`` file as ``ConfigManager.load`` reads it: the file, else its ``.bak`` when it is missing, a directory,
+    unreadable, empty or undecodable (fastjson's leniencies). ``parses``: a cache across calls. ``by_chars``: 3.2.6/4.0.0's
+    ``file2String`` (rules 7.4, ``ConfigDocument.nulls``). ``without``: files read as missing, as once ``repair`` moved them
+    out."""
     parses = {} if parses is None else parses
     problems, nulls = {}, []
     for candidate in (name, name + ".bak"):

@@ -1,10 +1,5 @@
-"""``mqtool info``'s figures, computed the way the broker computes them.
-
-Commit log min offset: the first segment's name (``CommitLog.getMinOffset``); max offset: the
-logical end of the recovery scan from the next start's start file (``store.nextstart``), else the
-third-from-last segment (§8.5). Per queue: max = the CQ recovery end (§5.7), min =
-``correctMinOffset`` (§5.9). The schema decoder reads the first ``SCHEMA_SCAN_RECORDS`` (cheaper
-than loading the compiled walk), the compiled walk the rest."""
+"""``mqtool info``'s figures, as the broker computes them: min offset the first segment's name; max offset the logical end of the
+next start's scan (``store.nextstart``, §8.5); per queue max the CQ recovery end (§5.7), min ``correctMinOffset`` (§5.9)."""
 
 from __future__ import annotations
 
@@ -28,10 +23,8 @@ INDEX_HEADER_FIELDS = ("begin_timestamp", "end_timestamp", "begin_phy_offset", "
 
 
 def logical_end(store: Store, start: int, stop: int | None = None) -> tuple[int, ScanEnd]:
-    """(valid records from ``start``, where the normal-recovery scan ends): the walk of ``CommitLog.recoverNormally``
-    (reference §8.3), body CRCs checked as ``checkCRCOnRecover`` says (``StoreConfig.check_crc_on_recover``, default
-    true), stopping at the first invalid record; with ``stop``, at the first record starting at or after it
-    (``StopReason.LIMIT``: every record before is valid)."""
+    """(valid records from ``start``, where ``CommitLog.recoverNormally``'s scan ends, reference §8.3), CRCs as
+    ``checkCRCOnRecover`` says; with ``stop``, at the first record at or after it (``StopReason.LIMIT``)."""
     count, resume = 0, start
     if not store.is_dledger:
         scan = store.commitlog.scan(start, stop, check_crc=store.config.check_crc_on_recover)
@@ -49,11 +42,9 @@ def logical_end(store: Store, start: int, stop: int | None = None) -> tuple[int,
 
 
 def compiled_end(store: Store, start: int, workers: int | None = None, stop: int | None = None) -> tuple[int, ScanEnd]:
-    """``logical_end``'s compiled walk from ``start`` (up to ``stop``): (valid records, end). The chain leaves a segment
-    only at a blank (§8.3), so segments, and stretches of one cut at a record start (``walk_splits``), are walked
-    ``workers`` at a time (the walk releases the GIL); the first whose walk ends inside it ends the chain, and one whose
-    walk does not reach the next one's start on the chain (no blank ends its segment, a cut off the chain) is walked again
-    from its start, alone."""
+    """``logical_end``'s compiled walk from ``start``: (valid records, end). The chain leaves a segment only at a blank (§8.3), so
+    segments and stretches (``walk_splits``) are walked ``workers`` at a time; one whose walk does not reach the next's start is
+    walked again alone."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .fastscan import FastScan  # the compiled walk and numpy: only for a big commit log, or an end at damage
@@ -97,10 +88,8 @@ def compiled_end(store: Store, start: int, workers: int | None = None, stop: int
 
 
 def walk_splits(commitlog, begin: int, until: int) -> list[int]:
-    """Where ``compiled_end`` cuts ``[begin, until)``, a stretch of one segment, into walks of about ``WALK_SPLIT_BYTES``
-    (both cores on one segment): after each cut, the first record start resync's rule finds in the ``ReadWindow`` there
-    (``find_record_start``: magic, size chain, PHYSICALOFFSET), none where it finds none. A guess: the walk before a cut
-    counts only when it stops exactly there, on the chain."""
+    """Where ``compiled_end`` cuts ``[begin, until)`` of one segment into walks of about ``WALK_SPLIT_BYTES``: the record start
+    ``find_record_start`` finds after each cut (a guess, kept only where the walk before stops exactly there)."""
     pieces = -(-(until - begin) // WALK_SPLIT_BYTES)
     if pieces < 2:
         return []

@@ -1,11 +1,6 @@
-"""Which broker version wrote a store, from what its files show (overridable by ``--broker-version``).
-
-Each era's writers left marks (files, checkpoint fields, ``dataVersion``, record bytes, blank
-tails, index headers: docs/versions.md); each mark leaves a set of eras and detection keeps the
-eras every mark allows (rules file, "Tier-A eras"; §1.1, §1.2, §1.5, §1.6, §1.12, §4.2, §5.2,
-§6.1-§6.4, §7.1, §8.1, §8.2). A mark that would leave no era is set aside and said so. When
-several eras remain, ``version`` is None and ``candidates`` holds one representative per distinct
-set of planning rules (``rules.PLANNING_RULES``; ``recovery.candidates`` plans under each)."""
+"""Which broker version wrote a store, from its files' marks (docs/versions.md; rules file "Tier-A eras"), ``--broker-version``
+overriding: each mark leaves a set of eras, a mark leaving none is set aside and said so; several left: ``version`` None and
+``candidates`` one representative per set of planning rules (``rules.PLANNING_RULES``)."""
 
 from __future__ import annotations
 
@@ -123,10 +118,8 @@ def check_first_record(store: "Store") -> None:
 
 
 def _config_marks(store: "Store") -> list[tuple[str, frozenset]]:
-    """What ``dataVersion`` in ``config/topics.json`` (or ``subscriptionGroup.json``) says: ``stateVersion``
-    only from 5.0.0, the ``timestatmp`` typo in 3.2.6 and 4.0.0 (§7.1). The text is searched; it is parsed
-    (``Store.load_config``, falling back to ``.bak`` as 4.1.0+ brokers do: the release is what this tells) only when
-    fastjson's escapes could spell a key (``\\uXXXX``, ``\\xXX``): the parser costs more to load than the rest."""
+    """What ``dataVersion`` in ``config/topics.json`` (or ``subscriptionGroup.json``) says (§7.1): ``stateVersion`` from 5.0.0,
+    the ``timestatmp`` typo in 3.2.6/4.0.0; the text is searched, parsed only where fastjson escapes could spell a key."""
     for name in ("topics.json", "subscriptionGroup.json"):
         for candidate in (store.path("config", name), store.path("config", name + ".bak")):
             try:
@@ -188,12 +181,9 @@ KEYS_ONLY_RECORDS = 8  # records with KEYS but no UNIQ_KEY indexed that make a 3
 
 
 def _index_key_marks(store: "Store", records) -> list[tuple[str, frozenset]]:
-    """Whether the index holds UNIQ_KEY entries (§4.2: 4.0.0+ index ``topic#UNIQ_KEY`` and KEYS, 3.2.6
-    KEYS only), judged on the NOT_TYPE records with both whose KEYS are in an index file: one whose
-    UNIQ_KEY is there too is 4.0.0+; 3.2.6 where two or more do and none of the first
-    ``KEYS_ONLY_RECORDS`` has it (zeroed index entries lose a 4.x UNIQ_KEY but may keep a KEYS entry
-    written before it: damage seed 900992 made a 4.0.0 store 3.2.6). A record whose keys are not
-    indexed (a dropped index file, an index turned off) leaves no mark."""
+    """Whether the index holds UNIQ_KEY entries (§4.2: 4.0.0+; 3.2.6 KEYS only), judged on the NOT_TYPE records with both whose
+    KEYS are indexed: 3.2.6 only where two or more do and none of the first ``KEYS_ONLY_RECORDS`` has it (zeroed entries, damage
+    seed 900992)."""
     files = _index_files(store)
     if not files:
         return []
@@ -261,11 +251,8 @@ def _file_marks(store: "Store") -> list[tuple[str, frozenset]]:
 
 
 def _checkpoint_marks(cp, commitlog) -> list[tuple[str, frozenset]]:
-    """5.1.1+ write ``confirmPhyOffset``, 5.0.0+ ``masterFlushedOffset`` (§8.2): record boundaries of the
-    commit log (``CommitLog.setConfirmOffset``: the last valid record's start, the recovery's end, the
-    min offset), so only such a value is a mark. No CRC covers the checkpoint: any other value is
-    damage, said so and set aside (bits flipped into those bytes of a 3.2.6 checkpoint would
-    otherwise make it a 5.x store: damage seed 3000240)."""
+    """5.1.1+ ``confirmPhyOffset``, 5.0.0+ ``masterFlushedOffset`` (§8.2): only a record boundary of the commit log is a mark; any
+    other value is unchecksummed damage, set aside (damage seed 3000240)."""
     marks = []
     end = commitlog.end_of_files
     for name, value, eras in (("confirmPhyOffset", cp.confirm_phy_offset, eras_between("E15a", "E18")),
