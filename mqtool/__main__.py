@@ -1,9 +1,5 @@
-"""``python -m mqtool`` and the ``mqtool`` console script.
-
-The command line is imported and run inside ``main``: a Ctrl-C while typer and the CLI load (the
-first tens of milliseconds of every command) is then the one line and exit 130 of any interrupt,
-not a traceback from the middle of an import. Nothing is imported here before that but ``os`` and ``sys``.
-"""
+"""``python -m mqtool`` and the ``mqtool`` console script: the CLI is imported inside ``main``, so a Ctrl-C while it loads is the
+one line and exit 130 of any interrupt; only ``os`` and ``sys`` before."""
 
 import os
 import sys
@@ -24,10 +20,8 @@ def main() -> None:
 
 
 def in_utf8_mode() -> None:
-    """The process again in Python's UTF-8 mode (``-X utf8``) under a locale that is not UTF-8 (Latin-1, EUC-JP,
-    C with PYTHONUTF8=0): the broker names a topic's consumequeue/ folder and writes the records' strings in UTF-8,
-    which such a locale decoded wrongly (``TÃ³pico``) and could not encode on stdout: "internal error", exit 5,
-    nothing written. The arguments keep their bytes (a topic typed in UTF-8 is then read as one)."""
+    """The process again in UTF-8 mode (``-X utf8``) under a non-UTF-8 locale: the broker writes topic folder names and strings in
+    UTF-8, which such a locale misdecodes and cannot print. The arguments keep their bytes."""
     options = sys.orig_argv[1:len(sys.orig_argv) - len(sys.argv)]  # the interpreter's own, before ``-m`` or the script
     chosen = any(o.startswith(("utf8", "-Xutf8")) for o in options)  # ``-X utf8=0`` given: kept (and no second run)
     if not sys.flags.utf8_mode and sys.getfilesystemencoding() != "utf-8" and sys.executable and not chosen:

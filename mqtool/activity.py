@@ -1,10 +1,5 @@
-"""How far a command's long work has got, for whoever shows it (the CLI's progress bars).
-
-The planners' commit log scans (``dispatch.DispatchScanner``) and the ``verify`` a recovery plan
-runs after them report the bytes they walk as ``(stage, delta, total)``, an apply how far the
-plan's batches it writes reach, a backup copied to another file system and ``restore`` the bytes
-they copy; a command that draws bars listens while it works (``listening``). Nothing listens by
-default (library calls, tests, pipes, Spark), and then a report costs one test."""
+"""How far a command's long work has got, for the CLI's progress bars: scans, applies, backups and restores report ``(stage,
+delta, total)`` to whoever is ``listening``; when nobody is, a report costs one test."""
 
 from __future__ import annotations
 

@@ -1,13 +1,5 @@
-"""How glibc's ``malloc`` keeps what the batches free: fixed thresholds instead of its sliding ones.
-
-Every walk allocates and frees arrays of a few MiB per batch (rows, dispatched fields, decoded
-entries). By default glibc hands a block over its mmap threshold back to the kernel when it is
-freed, and trims a heap whose free top passes its trim threshold (a thread's heap is trimmed with
-``MADV_DONTNEED``); the next batch then faults the same amount in again, a zeroed page at a time.
-``keep_freed_memory`` sets both thresholds (``mallopt(3)``): blocks up to ``MMAP_THRESHOLD`` come
-from the heaps, and up to ``TRIM_THRESHOLD`` of free memory stays in each for the next batch.
-The peak grows only by what stays free between batches (BENCHMARKS.md: "Allocator"). Elsewhere
-than glibc (no ``mallopt``), nothing changes."""
+"""Fixed glibc ``malloc`` thresholds (``mallopt(3)``) so the few MiB each batch frees stay in the heaps for the next batch instead
+of going back to the kernel and faulting in again (BENCHMARKS.md: "Allocator"); nothing changes without glibc."""
 
 from __future__ import annotations
 

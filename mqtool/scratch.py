@@ -1,9 +1,5 @@
-"""mqtool's working files: unnamed temporary files in ``tempfile``'s directory (``$TMPDIR``, else
-``/tmp``), gone when the process ends, that keep memory flat: the dispatch a plan spills
-(``dispatch/scanner.py``: it goes on without its file), the queue units a recovery plan places
-(``recovery/queues.py``) and the findings verify holds back (``verify/sharedwalk.py``). Where
-those two cannot go on, a full or missing directory is said as what it is, with what to do, not
-as a write that failed somewhere (``working_file_error``)."""
+"""mqtool's working files: unnamed temporary files in ``$TMPDIR`` that keep memory flat (a plan's dispatch spill, placed queue
+units, verify's held findings); a full or missing directory is said as what it is (``working_file_error``)."""
 
 from __future__ import annotations
 

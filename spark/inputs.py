@@ -1,12 +1,5 @@
-"""What a scan reads: input paths resolved to brokers, their segments and how they decode.
-
-A PATH is a store root, a commitlog folder or one segment file (``Store.open`` decides). Every
-row names its ``broker``: ``--broker-name`` when given (one per PATH, or one for all), otherwise
-the store directory's name (its parent's name when it is called ``store``, RocketMQ's default
-``storePathRootDir``). Several PATHs may name the same broker (e.g. single segments of one
-store); two different files holding the same segment of one broker are refused. Imports neither
-pyspark nor pyarrow, so the driver, the data source planner and tests share it.
-"""
+"""Input paths resolved to brokers, their segments and how they decode: every row names its ``broker`` (``--broker-name``, else
+the store directory's name); two files holding the same segment of one broker are refused. Imports neither pyspark nor pyarrow."""
 
 from __future__ import annotations
 

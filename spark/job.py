@@ -1,10 +1,5 @@
-"""The Spark job behind ``spark/mqtool_scan.py``: modes ``messages``, ``stats`` and ``verify`` (docs/spark.md).
-
-Every mode reads through the ``rocketmq`` data source (``mqtool.spark.source``) and runs the
-split check (``mqtool.store.splits.check_splits``) on what the scan itself reported, without a
-second pass over the data. The master is never set here: spark-submit's ``--master`` (default
-``local[*]``) decides.
-"""
+"""The Spark job behind ``spark/mqtool_scan.py`` (docs/spark.md): every mode reads the ``rocketmq`` data source and runs the split
+check (``mqtool.store.splits.check_splits``) on what the scan reported; spark-submit's ``--master`` decides the master."""
 
 from __future__ import annotations
 
@@ -204,10 +199,8 @@ def msg_id_past_end(msg_id: str, inputs: Sequence[BrokerInput], config: StoreCon
 
 
 def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: str | None = None, body: str = "none", broker_names: Sequence[str] = ()) -> tuple[DataFrame, list[Rejected]]:
-    """For notebooks: the ``rocketmq`` messages of ``paths`` split like the job splits them, without
-    the rows of splits that fail the handoff check. Costs one extra pass (only each split's first
-    and last row reach the driver); with one split per segment (``split_size`` at least the segment
-    size) nothing can fail and no pass is made."""
+    """For notebooks: the ``rocketmq`` messages of ``paths`` without the rows of splits failing the handoff check (one extra pass,
+    none with one split per segment)."""
     spark.dataSource.register(RocketMQDataSource)
     o = JobOptions(paths=list(paths), output="", split_size=split_size, body=body, broker_names=list(broker_names))
     scan = Scan(spark, o, prepare(o))
@@ -342,11 +335,8 @@ def run_messages(scan: Scan, out: Output) -> dict:
 
 
 def run_messages_in_tasks(scan: Scan, out: Output) -> dict:
-    """``messages`` as Parquet files written by the tasks (data source ``output=parquet``) into a
-    staging folder; the driver checks the splits' bounds and moves the files of the splits that
-    pass into place (``part-<partition>-<run>.<codec>.parquet``, then ``_SUCCESS``), so a failed,
-    retried or speculative attempt leaves nothing behind. An output without rows still gets one
-    file with the schema, as Spark's writer does."""
+    """``messages`` as Parquet files the tasks write to staging; the driver checks the splits and moves the passing ones into
+    place, then ``_SUCCESS``, so failed or speculative attempts leave nothing; an empty output gets one file with the schema."""
     target = out.fresh_dir("messages")
     staging = target / "_temporary"
     staging.mkdir()
@@ -369,10 +359,8 @@ def run_messages_in_tasks(scan: Scan, out: Output) -> dict:
 
 
 def run_stats(scan: Scan, out: Output) -> dict:
-    """Per split aggregates from the reader (``output=stats``), checked, then combined: the scan
-    writes the hourly output under a staging name while the split bounds are observed (renamed
-    when every split passes, written again from the cache without those that fail), then one
-    grouping-sets job gives the per-queue and per-broker-hour tables, small enough for the driver."""
+    """Per split aggregates (``output=stats``), checked, then combined: hourly output staged while the bounds are checked
+    (rewritten without failing splits), then one grouping-sets job for the per-queue and per-broker-hour tables."""
     obs = Observation("mqtool-stats")
     split = F.struct("broker", "split_start", "first_offset", "exit_offset", "skipped")
     partial = scan.read(output="stats").observe(obs, F.collect_set(split).alias("splits")).persist(StorageLevel.MEMORY_AND_DISK)

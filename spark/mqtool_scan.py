@@ -1,11 +1,5 @@
-"""Scan RocketMQ commit logs with Spark: ``spark-submit spark/mqtool_scan.py PATH... --output DIR``.
-
-Modes: ``messages`` (one row per message, the fields of ``mqtool dump``), ``stats`` (per broker,
-topic and queue: counts, bytes, store time range; per hour volumes), ``verify`` (one row per
-commit log finding of ``mqtool verify``). The master comes from spark-submit (default
-``local[*]``); on a cluster the executors need mqtool installed (docs/spark.md).
-Everything happens in ``mqtool.spark.job``; this file only parses arguments.
-"""
+"""Scan RocketMQ commit logs with Spark: ``spark-submit spark/mqtool_scan.py PATH... --output DIR`` in mode ``messages``,
+``stats`` or ``verify`` (docs/spark.md); this file only parses arguments for ``mqtool.spark.job``."""
 
 from __future__ import annotations
 
@@ -65,13 +59,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def set_log_level(*, verbose: bool) -> None:
-    """Spark logs at WARN unless ``verbose`` (INFO): its ~50 start-up INFO lines would bury the result.
-
-    Started with plain ``python``, the driver JVM starts here with log4j2.properties (next to this
-    script). Under spark-submit the JVM is already running and SparkSubmit has reset Spark's logging
-    (``Logging.uninitialize``), so the SparkContext would load Spark's INFO defaults again: Spark's
-    logging is initialised here instead and log4j2.properties loaded over it (``_load_log_config``).
-    A ``spark.log.level`` or a log4j2 configuration the user gave is left alone."""
+    """Spark logs at WARN unless ``verbose``: under spark-submit SparkSubmit has reset Spark's logging, so it is initialised here
+    and log4j2.properties loaded over it (``_load_log_config``); a user's ``spark.log.level`` or log4j2 configuration is left
+    alone."""
     import os
 
     from pyspark import SparkContext

@@ -1,8 +1,5 @@
-"""What one scan task does, without Spark: plan the tasks (``plan_tasks``: one picklable
-``ScanTask`` per split), read one split into ``messages`` batches (``read_messages``), write them
-as one Parquet file (``write_messages``) or aggregate them in the task (``read_stats``: only
-aggregates cross into the JVM). The Spark data source, the benchmark and the tests call these.
-"""
+"""One scan task without Spark: ``plan_tasks`` (picklable ``ScanTask`` per split), ``read_messages``, ``write_messages`` (one
+Parquet file) and ``read_stats`` (aggregated in the task), for the data source, the benchmark and the tests."""
 
 from __future__ import annotations
 
@@ -41,10 +38,8 @@ class ScanTask:
         return MessageBatchBuilder(self.broker, legacy_properties=self.legacy_properties, delay_table=parse_delay_levels(self.delay_levels), **options)
 
     def scan(self, **options) -> SplitScan:
-        """The compiled walk of this task's split. In the Python worker, a failed read through
-        the map (the file shrank, a full filesystem) ends the worker with mqtool's one SIGBUS
-        line on its stderr, which Spark shows, rather than a bare "Bus error"; the worker keeps the
-        memory its batches free, as the CLI does (``allocator.py``)."""
+        """The compiled walk of this task's split; a failed read through the map ends the worker with mqtool's SIGBUS line, and
+        freed memory is kept (``allocator.py``)."""
         exit_on_sigbus()
         keep_freed_memory()
         return SplitScan(self.split, **options)
@@ -68,10 +63,8 @@ def plan_tasks(inputs: Sequence[BrokerInput], split_size: int | None = None, kee
 
 def read_messages(task: ScanTask, body: BodyEncoding = BodyEncoding.none, *, columns=None,
                   match: MessageFilter = MessageFilter()) -> Iterator[pa.RecordBatch]:
-    """The ``messages`` batches of one split (only ``columns`` when given); the first and last
-    row carry ``split_edge``, the last one ``split_skipped``; the rows ``match`` drops are marked
-    ``filtered_out``, not left out, so that the split check sees every split's edges (left out when
-    ``columns`` has no ``filtered_out``)."""
+    """The ``messages`` batches of one split (``columns`` only); first and last rows carry ``split_edge``, the last
+    ``split_skipped``; rows ``match`` drops are marked ``filtered_out`` so the split check sees every edge."""
     schema = projected_schema(columns)
     needed = None if columns is None or match == MessageFilter() else list(dict.fromkeys([*columns, *match.columns()]))
     builder = task.builder(body=body, columns=needed or columns)
@@ -110,10 +103,8 @@ WRITE_BATCH = 1 << 13
 
 
 def write_messages(task: ScanTask, directory: str, body: BodyEncoding = BodyEncoding.none, match: MessageFilter = MessageFilter(), compression: str = "snappy") -> Iterator[pa.RecordBatch]:
-    """Write the split's messages (those ``match`` keeps) as one Parquet file of
-    ``MESSAGE_FILE_SCHEMA`` in ``directory`` (a new name per call: retried and speculative task
-    attempts never collide), and yield its one ``WRITTEN_SCHEMA`` row. A split without records
-    yields nothing; one whose records were all filtered out writes no file."""
+    """Write the split's kept messages as one Parquet file of ``MESSAGE_FILE_SCHEMA`` under a new name in ``directory``, yielding
+    its ``WRITTEN_SCHEMA`` row; nothing for a split without records, no file when all are filtered out."""
     builder = task.builder(body=body, columns=MESSAGE_FILE_SCHEMA.names)
     path = os.path.join(directory, f"{uuid.uuid4().hex}.parquet")
     scan = task.scan(check_crc=True, batch=WRITE_BATCH)
@@ -152,10 +143,8 @@ def _write_row_group(writer: pq.ParquetWriter | None, path: str, tables: list[pa
 
 
 def read_stats(task: ScanTask, match: MessageFilter = MessageFilter()) -> Iterator[pa.RecordBatch]:
-    """The ``stats`` rows of one split: its messages (those ``match`` keeps) aggregated per topic,
-    queue and hour of store time (``mqtool.scan.stats``, as ``mqtool stats``), with the split's
-    first record and where its last ends (for the handoff check; a split with records but none
-    kept yields one row with 0 messages)."""
+    """The ``stats`` rows of one split (``mqtool.scan.stats``), with its first record and last end for the handoff check (a split
+    with records but none kept yields one row of 0 messages)."""
     builder = task.builder(columns=list(dict.fromkeys([*STATS_INPUT, *match.columns()])))
     scan = task.scan(check_crc=True)
     partials = []

@@ -1,14 +1,6 @@
-"""``spark.read.format("rocketmq")``: RocketMQ commit logs as a Spark DataFrame (PySpark 4 Python
-Data Source API), read by the same compiled walk as every mqtool command.
-
-    from mqtool.spark.source import RocketMQDataSource
-    spark.dataSource.register(RocketMQDataSource)
-    df = spark.read.format("rocketmq").load("/data/broker-a/store")          # or .load([p1, p2])
-
-The options are listed in docs/spark.md. Every row carries ``split_start`` and ``split_edge``
-for the handoff check (``mqtool.spark.job``). ``schema()`` and ``partitions()`` run on the driver
-host, ``read()`` in executor Python workers: mqtool must be installed in both.
-"""
+"""``spark.read.format("rocketmq")`` (PySpark 4 Python Data Source API; register ``RocketMQDataSource``): RocketMQ commit logs as
+a DataFrame by the compiled walk, options in docs/spark.md, rows tagged for the handoff check (``split_start``,
+``split_edge``)."""
 
 from __future__ import annotations
 

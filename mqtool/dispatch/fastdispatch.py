@@ -1,12 +1,6 @@
-"""The compiled half of dispatch (``_fastdispatch.pyx``): what ``CommitLog.checkMessageAndReturnSize``
-derives from a record for the consume queue and index dispatchers, a batch of records per call.
-
-``dispatch_rows`` gathers each record's fixed fields, parses its properties as the broker's reader
-does (§2.8) and computes the tags code (§3.4; the delivery time for ``SCHEDULE_TOPIC_XXXX``, §3.5)
-and the hashes of its index keys alone (§6.4-§6.5), combined with the topic's by ``finish_keys``.
-Anything it cannot decide exactly (malformed UTF-8, a DELAY that is not a plain ASCII int32) sets
-``FLAG_FALLBACK``, and the caller decodes that record with ``formats.dispatch.dispatch_request``
-(the Python reference; tests hold the two equal on every fixture record)."""
+"""The compiled half of dispatch (``_fastdispatch.pyx``): per record, fixed fields, properties (§2.8), tags code (§3.4, §3.5) and
+index key hashes (§6.4-§6.5, ``finish_keys``). What it cannot decide exactly sets ``FLAG_FALLBACK`` for
+``formats.dispatch.dispatch_request`` (tests hold the two equal)."""
 
 from __future__ import annotations
 
@@ -22,10 +16,8 @@ SCHEDULE_TOPIC_BYTES = np.frombuffer(SCHEDULE_TOPIC.encode(), dtype=np.uint8)
 
 
 def dispatch_all(buf, rows, legacy, delay_ms, index_enable, out, out_base, keys, key_fill, numbers, topic_ids):
-    """``dispatch_rows`` over every row of ``rows``, the key buffer doubled whenever it stops
-    before a record whose keys may not fit; the topics ``numbers`` knows looked up into
-    ``topic_ids`` (-1 for the others). Returns ``(keys, key_fill)`` (``keys`` may be a new
-    array, holding the partial hashes written so far)."""
+    """``dispatch_rows`` over every row, the key buffer doubled whenever it may not fit, known topics looked up into ``topic_ids``
+    (-1 for others). Returns ``(keys, key_fill)``."""
     done = 0
     while True:
         done, key_fill = dispatch_rows(buf, rows, done, legacy, SCHEDULE_TOPIC_BYTES, delay_ms, index_enable, out, out_base, keys, key_fill,

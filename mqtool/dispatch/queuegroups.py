@@ -1,12 +1,6 @@
-"""A dispatch batch's consume queue rows grouped by queue, computed once per batch (by the plan)
-and handed on with it (through ``DispatchCache``'s spill to the apply).
-
-``group_queues`` does in one compiled pass over the row-major ``fields`` what
-``CommitLogDispatcherBuildConsumeQueue`` (NOT_TYPE and COMMIT records, reference §3.2) needs: a
-stable counting sort of the eligible rows by ``(topic, QUEUEID)``, the four columns
-``putMessagePositionInfo`` reads gathered into queue order, the counts the plan reports, and the
-index dispatcher's mask (all but ROLLBACK, §6.5). ``dest[r]`` is where row ``r`` lands (-1: not
-queued), so an apply regroups while unpacking a spill."""
+"""A dispatch batch's consume queue rows grouped by ``(topic, QUEUEID)`` once per batch (``group_queues``, compiled): a stable
+sort of NOT_TYPE/COMMIT rows (reference §3.2), the four columns ``putMessagePositionInfo`` reads, counts, the index mask (§6.5)
+and ``dest`` (-1: not queued) so an apply regroups while unpacking a spill."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Topic ids of dispatched records over a whole walk (reference §3.2, §6.4): the recovery
-dispatch's (``dispatch.DispatchScanner``) and verify's cross checks' (``verify/columns.py``).
-
-``TopicNumbers`` keeps every raw topic seen so far (bytes, length, the dispatch's fingerprint
-``F_TOPIC_FP``, id from ``dispatch.scanner.TopicTable``) in a hash table that lives as long as
-the walk. ``dispatch_rows`` looks each record's topic up in ``known`` (a copy never written
-again, so any thread may read it) while the record is in cache, leaving -1 for a topic not
-there; ``number`` then numbers those rows in walk order, one thread at a time, asking the
-``TopicTable`` for each new topic's id."""
+"""Topic ids of dispatched records over a whole walk (reference §3.2, §6.4): ``TopicNumbers`` keeps every raw topic seen in a hash
+table; ``dispatch_rows`` looks topics up in ``known`` (read-only, any thread), ``number`` numbers the rest in walk order."""
 
 from __future__ import annotations
 

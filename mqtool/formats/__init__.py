@@ -1,9 +1,5 @@
-"""Declarative layouts of every RocketMQ store file, and the fast codecs derived from them.
-
-Pure: imports only ``construct`` and the standard library; knows nothing of files or the CLI.
-The schemas (``...Struct``) are built on first use, so importing a module does not import construct.
-See ``../shared/reference/rocketmq-store-format.md`` (cited as "reference §N").
-"""
+"""Declarative layouts of every RocketMQ store file and the fast codecs derived from them; pure (``construct``, built on first
+use, and the standard library). "reference §N": ``../shared/reference/rocketmq-store-format.md``."""
 
 from importlib import import_module
 

@@ -1,10 +1,5 @@
-"""The ``checkpoint`` file (``StoreCheckpoint``, reference §7).
-
-A 4096-byte page of big-endian int64 fields; 4.x writes the first three (24 bytes), 5.0-5.1.0
-adds ``master_flushed_offset`` (32), 5.1.1+ ``confirm_phy_offset`` (40). The rest is zero.
-Recovery bounds use ``min_timestamp`` (``getMinTimestamp``: min(physic, logics) - 3 s, >= 0)
-and ``min_timestamp_index`` (``getMinTimestampIndex``).
-"""
+"""The ``checkpoint`` file (``StoreCheckpoint``, reference §7): big-endian int64s in a 4096-byte page, 24 bytes in 4.x, 32 in
+5.0-5.1.0, 40 from 5.1.1; ``min_timestamp`` and ``min_timestamp_index`` bound recovery."""
 
 from __future__ import annotations
 

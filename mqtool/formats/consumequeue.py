@@ -1,12 +1,5 @@
-"""Consume queue units (reference §5).
-
-- ``ConsumeQueueEntryStruct``: the 20-byte unit of ``consumequeue/<topic>/<queueId>/`` files
-  (``ConsumeQueue.CQ_STORE_UNIT_SIZE``). Files are named by logical byte offset
-  (queue offset x 20); ``size`` is the record's TOTALSIZE; ``tags_code`` is the TAGS hash, the
-  delivery time for SCHEDULE_TOPIC_XXXX, or a ConsumeQueueExt address.
-- ``ConsumeQueueExtUnitStruct``: ``ConsumeQueueExt.CqExtUnit`` (optional ``consumequeue_ext/``).
-- ``BatchConsumeQueueUnitStruct``: the 46-byte ``BatchConsumeQueue`` unit (5.0.0+).
-"""
+"""Consume queue units (reference §5): the 20-byte ``ConsumeQueueEntryStruct`` (``CQ_STORE_UNIT_SIZE``; files named by queue
+offset x 20), ``ConsumeQueueExtUnitStruct`` (``consumequeue_ext/``) and the 46-byte ``BatchConsumeQueueUnitStruct`` (5.0.0+)."""
 
 from __future__ import annotations
 
@@ -59,10 +52,8 @@ def filler_at(phys_offset: int) -> tuple[int, int, int]:
 
 
 def is_filler(phys_offset, size, tags_code):
-    """A filler unit, of either form: size 2147483647 and tags code 0 at any offset >= 0 (``FILLER``,
-    ``filler_at``). The offset is not held to a multiple of the commit log segment size, which this layer
-    does not know: no record is 2147483647 bytes (a segment's size is an int and holds its blank too), so
-    no entry has that size. Ints or numpy arrays (elementwise)."""
+    """A filler unit, size 2147483647 and tags code 0 at any offset >= 0 (``FILLER``, ``filler_at``; no record has that size);
+    ints or numpy arrays (elementwise)."""
     return (phys_offset >= 0) & (size == FILLER_SIZE) & (tags_code == FILLER[2])
 
 

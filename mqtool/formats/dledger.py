@@ -1,13 +1,6 @@
-"""DLedger commit log files (reference §15): the 48-byte entry header and the 32-byte index unit.
-
-- ``DLedgerEntryHeaderStruct``: ``DLedgerEntryCoder.encode`` (openmessaging/dledger
-  ``entry/DLedgerEntry.java``: ``BODY_OFFSET = 48``). The body is exactly one RocketMQ commit log
-  record whose PHYSICALOFFSET is ``pos + 48`` (RocketMQ ``DLedgerCommitLog``'s append hook).
-  A data file ends with a blank: magic ``-1`` then the bytes left (``MmapFileList.BLANK_MAGIC_CODE``).
-- ``DLedgerIndexUnitStruct``: ``DLedgerMmapFileStore.INDEX_UNIT_SIZE`` (32); unit ``i`` is entry ``i``.
-- ``checkpoint`` / ``currterm``: Java properties text (``DLedgerMmapFileStore.persistCheckPoint``,
-  ``MemberState.persistState``).
-"""
+"""DLedger commit log files (reference §15): the 48-byte entry header (``DLedgerEntryCoder``, ``BODY_OFFSET = 48``; its body one
+record at ``pos + 48``; a data file ends with a blank of magic -1), the 32-byte index unit (``INDEX_UNIT_SIZE``), and the
+properties text of ``checkpoint``/``currterm``."""
 
 from __future__ import annotations
 

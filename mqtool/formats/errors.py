@@ -22,18 +22,13 @@ class TruncatedRecord(FormatError):
 
 
 class CorruptRecord(FormatError):
-    """The record's fields are impossible (bad magic code, negative topic length...).
-
-    The broker's ``checkMessageAndReturnSize`` answers ``(-1, false)`` for these.
-    """
+    """The record's fields are impossible (bad magic code, negative topic length...): ``checkMessageAndReturnSize``'s ``(-1,
+    false)``."""
 
 
 class LengthMismatch(CorruptRecord):
-    """TOTALSIZE differs from the length its own fields add up to.
-
-    The broker logs "[BUG]read total count not equals msg total size" and answers
-    ``(totalSize, false)``: recovery truncates there, the reput service skips ``total_size``.
-    """
+    """TOTALSIZE differs from its fields' sum ("[BUG]read total count not equals msg total size"): recovery truncates there, the
+    reput skips ``total_size``."""
 
     def __init__(self, position: int, total_size: int, computed: int):
         super().__init__(position, f"total size {total_size} != {computed} from the record's fields")

@@ -1,10 +1,5 @@
-"""Checksums and hashes the broker computes, reproduced bit for bit.
-
-- ``body_crc``: ``UtilAll.crc32`` = ``java.util.zip.CRC32 & 0x7FFFFFFF`` (reference §2.7).
-- ``java_string_hash``: ``String.hashCode`` over UTF-16 code units, int32 wrap (§3.4).
-- ``tags_code``: ``tagsString2tagsCode``: 0 for no tags, else the hash sign-extended (§3.4).
-- ``index_key_hash``: ``IndexFile.indexKeyHashMethod``: ``abs(hash)``, MIN_VALUE -> 0 (§6.4).
-"""
+"""Checksums and hashes the broker computes, bit for bit: ``body_crc`` (reference §2.7), ``java_string_hash`` (§3.4),
+``tags_code`` (§3.4) and ``index_key_hash`` (§6.4)."""
 
 from __future__ import annotations
 

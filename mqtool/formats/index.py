@@ -1,12 +1,5 @@
-"""Index files: ``index/<yyyyMMddHHmmssSSS>`` (reference §6).
-
-Layout: a 40-byte ``IndexHeader``, ``hash_slot_num`` int32 slots, then ``index_num`` 20-byte
-entries; entry 0 is never used and ``index_count`` is the next entry number (starts at 1).
-A slot holds the entry number of the newest entry whose key hash falls in it; entries chain to
-older ones through ``prev_index``. Sources: ``IndexHeader``, ``IndexFile``, ``IndexService``
-(4.0.0 - 5.3.3, format unchanged). ``IndexWriter`` reproduces ``IndexFile.putKey`` on a
-writable buffer so rebuilt files are what the broker would have written.
-"""
+"""Index files ``index/<yyyyMMddHHmmssSSS>`` (reference §6; 4.0.0-5.3.3): a 40-byte header, int32 slots, 20-byte entries chained
+by ``prev_index`` (entry 0 unused). ``IndexWriter`` reproduces ``IndexFile.putKey`` so rebuilt files are the broker's."""
 
 from __future__ import annotations
 

@@ -1,11 +1,5 @@
-"""The ``abort`` and ``lock`` marker files (reference §1.5, §8.1, §14).
-
-- ``abort``: created at the end of ``DefaultMessageStore.start()``, deleted by a clean
-  ``shutdown()``; present means the last run did not stop cleanly and the next start runs
-  abnormal recovery. Empty in 4.x; 5.x writes the broker's PID as decimal text (seen in the
-  5.3.3 fixtures) and leaves an empty ``abort.bak`` behind.
-- ``lock``: 4 ASCII bytes ``lock``; a running broker holds a POSIX lock on byte range [0, 1).
-"""
+"""The ``abort`` and ``lock`` marker files (reference §1.5, §8.1, §14): ``abort`` present means an unclean stop and abnormal
+recovery (empty in 4.x, 5.x writes the PID); ``lock`` holds ``lock``, a running broker's POSIX lock on [0, 1)."""
 
 from __future__ import annotations
 

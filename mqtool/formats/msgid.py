@@ -1,9 +1,5 @@
-"""Hosts and offsetMsgId (reference §2.4, §4).
-
-- A host field is the raw address (4 or 16 bytes) followed by an int32 port.
-- offsetMsgId = uppercase hex of store-host address + int32 port + int64 commit log offset
-  (``MessageDecoder.createMessageId``): 32 hex characters for IPv4, 56 for IPv6.
-"""
+"""Hosts and offsetMsgId (reference §2.4, §4): a host is the address (4 or 16 bytes) and an int32 port; offsetMsgId the uppercase
+hex of store host, port and commit log offset (``MessageDecoder.createMessageId``), 32 or 56 characters."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""Message properties: ``name \\x01 value \\x02`` pairs in UTF-8 (reference §2.8, §2.9).
-
-Writers differ by version: 4.0-4.9.0 and 5.x end a non-empty string with ``\\x02``; 4.9.1-4.9.x
-omit the final separator (seen in the 4.9.7 fixtures, unlike what the reference says).
-Readers differ too: ``MessageDecoder.string2messageProperties`` from 4.9.1 on keeps a value that
-contains ``\\x01``; the older split-based reader drops it. Both drop empty values.
-"""
+"""Message properties, ``name \\x01 value \\x02`` pairs in UTF-8 (reference §2.8, §2.9): 4.9.1-4.9.x writers omit the final
+separator (4.9.7 fixtures); 4.9.1+ readers keep a value containing ``\\x01``, older ones drop it; both drop empty values."""
 
 from __future__ import annotations
 
@@ -49,11 +44,8 @@ PROP_CRC_LEN = len(PROP_CRC_KEY) + 10 + 1
 
 
 def parse_properties(raw: bytes | memoryview, *, legacy: bool = False) -> dict[str, str]:
-    """Parse a stored properties string the way the broker does.
-
-    ``legacy=True`` follows the reader of 4.0.0-4.9.0 (a value containing ``\\x01`` is dropped).
-    Later duplicates overwrite earlier ones; the insertion order is the stored order.
-    """
+    """Parse a stored properties string as the broker does (``legacy``: the 4.0.0-4.9.0 reader); later duplicates overwrite
+    earlier ones."""
     text = bytes(raw).decode("utf-8", "replace")  # as Java's new String(bytes, UTF_8): malformed input -> U+FFFD
     result: dict[str, str] = {}
     if not text:

@@ -1,13 +1,6 @@
-"""The 5.x timer store (reference §9; ``TimerLog``, ``TimerWheel``, ``Slot``, ``TimerCheckpoint`` @5.0.0-5.3.3).
-
-- ``TimerLogUnitStruct``: the 52-byte unit of ``timerlog/`` files (``TimerLog.UNIT_SIZE``), one per timer message
-  enqueued from the ``rmq_sys_wheel_timer`` consume queue. The delivery time is ``curr_write_time_ms + delay_time``
-  (``TimerMessageStore.doEnqueue``); ``offset_py``/``size_py`` name the ``rmq_sys_wheel_timer`` record.
-  A file ends with a 16-byte blank: int32 bytes left, int64 0, int32 ``BLANK_MAGIC`` at offset 12.
-- ``WheelSlotStruct``: the 32-byte ``Slot`` of the ``timerwheel`` file (``slotsTotal`` x 2 slots; slot index =
-  ``time_ms / precision_ms % (slotsTotal * 2)``).
-- ``TimerCheckStruct``: ``config/timercheck``, a 4096-byte page of int64s (``TimerCheckpoint``).
-"""
+"""The 5.x timer store (reference §9; @5.0.0-5.3.3): the 52-byte ``timerlog/`` unit (delivery time ``curr_write_time_ms +
+delay_time``; a file ends with a 16-byte blank), the 32-byte ``timerwheel`` ``Slot`` and ``config/timercheck``
+(``TimerCheckpoint``)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Arrow record batches of messages, built column-wise from the compiled walk's rows.
-
-``MessageBatchBuilder.build`` turns a ``SegmentBatch`` (where each valid record and its parts lie in
-the mapped segment) into a ``pyarrow.RecordBatch`` of the ``messages`` columns (``schema.py``): fields
-gathered at the positions of the layouts derived from the construct declaration, strings assembled
-straight into Arrow buffers (``_kernels.pyx``). Values equal ``mqtool.store.records.message_dict``
-field for field; a batch the column path cannot decide exactly (malformed UTF-8, repeated property
-names) is built from ``message_dict`` itself. Imports pyarrow, not pyspark.
-"""
+"""Arrow record batches of messages built column-wise from the compiled walk's rows (``_kernels.pyx``), equal to
+``mqtool.store.records.message_dict`` field for field; a batch the columns cannot decide exactly (malformed UTF-8, repeated
+property names) is built from ``message_dict`` itself. Imports pyarrow, not pyspark."""
 
 from __future__ import annotations
 

@@ -1,12 +1,6 @@
-"""Arrow's compute functions called by name, without importing ``pyarrow.compute``.
-
-Importing ``pyarrow.compute`` wraps each of Arrow's ~290 functions (a noticeable part of a command
-on a small store): ``compute.equal(a, b)`` calls Arrow's ``equal`` through ``call_function``
-(``mqtool.private_api.arrow_compute``) instead. A trailing underscore is dropped (``and_``);
-``options=`` passes an options object named as in ``pyarrow.compute``. Numpy arrays go through
-``numbers`` (``pa.array`` imports ``numpy.ma``). Written out: the functions whose wrapper takes
-its options as arguments (``cast``, ``is_in``, ``index_in``, ``fill_null``), and ``take``.
-"""
+"""Arrow's compute functions called by name through ``call_function`` (``mqtool.private_api.arrow_compute``), without importing
+``pyarrow.compute``: a trailing underscore dropped (``and_``), ``options=`` as there; written out: ``cast``, ``is_in``,
+``index_in``, ``fill_null``, ``take``."""
 
 from __future__ import annotations
 

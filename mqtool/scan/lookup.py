@@ -1,7 +1,5 @@
-"""A key or UNIQ_KEY lookup by scanning the whole commit log: ``mqtool query``'s fallback when a store
-has no index file (deleted, or ``messageIndexEnable`` off). Reads through ``read_batches`` with the one
-``MessageFilter``; returns the offsets mqadmin would keep (the key among KEYS, or the UNIQ_KEY equal),
-without ROLLBACK records, which ``IndexService.buildIndex`` never indexes."""
+"""``mqtool query``'s fallback without an index file: a key or UNIQ_KEY looked up by scanning the commit log (``read_batches``,
+``MessageFilter``), without ROLLBACK records, which ``IndexService.buildIndex`` never indexes."""
 
 from __future__ import annotations
 

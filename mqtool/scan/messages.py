@@ -1,12 +1,6 @@
-"""``read_batches``: a store's messages as Arrow record batches, the one entry point of the columnar scan.
-
-The records the broker's recovery scan reads (reference §2, ``CommitLog.checkMessageAndReturnSize``), from
-``start`` to the logical end or ``stop``, walked by the compiled ``FastScan`` and decoded by ``MessageBatchBuilder``;
-``stop_on_crc=False`` reads on past a bad body CRC (``crc_ok`` false, as ``dump``); ``scan.end`` then tells where
-and why the walk stopped, as ``CommitLog.scan``. A filter (``match``) is decided first, on its own columns; the
-others are built for the rows it keeps. With ``workers`` > 1 batches are built in threads (the kernels release
-the GIL), used in order, each dropping its pages once built (``fastscan.release_pages``): memory stays flat.
-"""
+"""``read_batches``: a store's messages as Arrow record batches, the one entry point of the columnar scan: the recovery scan's
+records (reference §2) by ``FastScan`` and ``MessageBatchBuilder``, ``scan.end`` saying where it stopped; ``match`` decided first,
+batches built in ``workers`` threads, used in order."""
 
 from __future__ import annotations
 

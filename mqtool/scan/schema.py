@@ -1,12 +1,6 @@
-"""The columns the ``rocketmq`` data source yields, as a Spark DDL string and the equal Arrow schema.
-
-``stats`` rows are one split's messages aggregated in the reader (``reader.read_stats``).
-``messages`` rows carry every field of ``mqtool dump``'s JSON object (``mqtool.store.records``), with
-the same names and meanings, plus ``broker``, the two timestamps as Spark TIMESTAMPs, and the
-split tag. Python's data source API passes Arrow batches through only when their schema equals
-``to_arrow_schema`` of the declared one exactly (nullability included), so both are built here
-from one table and a test holds them equal. Imports pyarrow, not pyspark.
-"""
+"""The columns of the ``rocketmq`` data source as a Spark DDL string and the equal Arrow schema (built from one table: Spark
+passes Arrow batches through only on an exact match): ``stats`` aggregates, ``messages`` with ``mqtool dump``'s fields plus
+``broker``, timestamps and the split tag. Imports pyarrow, not pyspark."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""What is in a store: messages aggregated per topic, queue and period of store time.
-
-One aggregation serves ``mqtool stats`` and the Spark reader (``mqtool.spark.reader.read_stats``):
-``accumulate``, compiled, adds message rows to a ``GroupTable`` per topic key, queue id and
-period of store time; ``aggregate`` feeds it an Arrow table (Spark), ``merge`` combines partials.
-``collect`` is ``mqtool stats``' pass: the compiled walk (``FastScan``, the broker's recovery
-scan, reference §8.3), then one compiled call per batch (``stats_batch``: fields at the positions
-of the layouts derived from the construct schema) into the group table and a log-bucketed delay
-histogram (medians exact below 1024 ms, within 1/128 above).
-"""
+"""Messages aggregated per topic, queue and period of store time, for ``mqtool stats`` and the Spark reader: ``accumulate``
+(compiled) into a ``GroupTable``, ``aggregate`` (Arrow), ``merge``; ``collect`` walks with ``FastScan`` (reference §8.3) and
+``stats_batch``, with a log-bucketed delay histogram (exact medians below 1024 ms, within 1/128 above)."""
 
 from __future__ import annotations
 

@@ -1,12 +1,5 @@
-"""Message batches as ``mqtool dump`` text: JSON Lines, a JSON array's items, or CSV rows, as bytes.
-
-The bytes equal what ``mqtool/cli/output.py`` writes for the same rows as dicts (``json.dumps(row,
-ensure_ascii=False)`` per line; ``csv.writer(lineterminator="\\n")`` of each cell, lists and maps as
-their JSON text) and tests hold them equal on every fixture record. One compiled kernel writes the
-rows straight into one reused output buffer, row by row: the constant text between cells
-(``{"offset": ``, ``, "size": ``, ... or commas) and each cell from the column's Arrow buffers,
-plain runs of string bytes copied a word at a time (``_text.pyx``).
-"""
+"""Message batches as ``mqtool dump`` text (JSON Lines, a JSON array's items, CSV rows) as bytes equal to what ``cli/output.py``
+writes for the same rows as dicts (tests hold them equal), written row by row by one compiled kernel (``_text.pyx``)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The read-only store model: open a store directory, list and map its files, iterate records.
-
-Imports ``formats`` only (never the CLI, typer, rich or Spark). Nothing here opens a file for
-writing.
-"""
+"""The read-only store model: open a store directory, list and map its files, iterate records. Imports ``formats`` only; nothing
+here opens a file for writing."""
 
 from .commitlog import ScanEnd, Segment
 from .config import StoreConfig, load_broker_config

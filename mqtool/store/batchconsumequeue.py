@@ -1,9 +1,6 @@
-"""Batch consume queues: ``batchconsumequeue/<topic>/<queueId>/`` file-queues of 46-byte units
-(reference §5.5; ``BatchConsumeQueue.java @5.3.3``) of topics whose ``queue.type`` is ``BatchCQ`` (5.0.0+).
-
-A unit's position says nothing of its queue offset: each unit holds the queue offsets
-``[msgBaseOffset, msgBaseOffset + batchSize)`` of one commit log record, and the broker's
-recovery (§5.7) stops each queue at the first unit failing ``BatchUnit.is_valid``."""
+"""Batch consume queues (5.0.0+, reference §5.5, ``BatchConsumeQueue.java @5.3.3``): 46-byte units each holding queue offsets
+``[msgBaseOffset, msgBaseOffset + batchSize)`` of one record; recovery (§5.7) stops at the first unit failing
+``BatchUnit.is_valid``."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The commit log as the broker sees it: ordered fixed-size segments and the record scan.
-
-``CommitLog.scan`` is the broker's recovery loop (reference §8.3): record after record, the next
-segment after a blank, up to the first invalid record: the logical end, after which nothing is
-trusted (the broker never zeroes truncated bytes, §8.9)."""
+"""The commit log as the broker sees it: ordered fixed-size segments and ``CommitLog.scan``, the recovery loop (reference §8.3) up
+to the first invalid record, the logical end (truncated bytes are never zeroed, §8.9)."""
 
 from __future__ import annotations
 
@@ -198,10 +195,8 @@ class CommitLog:
         return self.segments[-1].end_offset if self.segments else 0
 
     def end_of_writes(self, stop: int | None = None) -> int:
-        """Where the written bytes end as far as the file system knows (``stop`` bounds it): a progress
-        bar's total. Not ``end_of_files``: trailing segments the broker pre-allocated
-        (``AllocateMappedFileService``) start with a zero size, and in the last written one the first
-        hole (``SEEK_HOLE``) is where writes stopped."""
+        """Where the written bytes end as the file system knows it (up to ``stop``), a progress bar's total: pre-allocated
+        segments are skipped and the last written one ends at its first hole (``SEEK_HOLE``)."""
         end = self.end_of_files
         for seg in reversed(self.segments):
             try:

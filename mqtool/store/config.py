@@ -72,10 +72,9 @@ def _int(conf: dict[str, str], *keys: str) -> int | None:
 
 
 def _size(conf: dict[str, str], *keys: str, what: str = "file size", written: str = "record") -> int | None:
-    """A ``mappedFileSize*`` setting (``_int``), refused when no file can have that size: a broker given 0 or less maps no
-    file it can write a record in (``MappedFile.init``: ``FileChannel.map`` of that size), so no store was written with it.
-    ``maxHashSlotNum`` and ``maxIndexNum`` (``what``: index size) likewise: ``IndexFile`` takes ``keyHash % hashSlotNum``
-    and writes while ``indexCount < indexNum`` (``IndexFile.putKey``), so 0 or less writes no index entry (reference §6.6)."""
+    """A ``mappedFileSize*`` setting (``_int``), refused when 0 or less: no broker wrote a file with it (``MappedFile.init``);
+    likewise ``maxHashSlotNum`` and ``maxIndexNum`` (``what``), with which ``IndexFile.putKey`` writes no entry (reference
+    §6.6)."""
     size = _int(conf, *keys)
     if size is not None and size <= 0:
         key = next(k for k in keys if k in conf)

@@ -1,10 +1,6 @@
-"""DLedger commit logs (reference §15): where their files are, and a commit log view over them.
-
-``enableDLegerCommitLog=true`` keeps the commit log in ``dledger-<selfId>/data/`` (or
-``storePathDLedgerCommitLog``), the entry index in ``index/``, ``checkpoint`` and ``currterm``
-beside them. Each 48-byte entry header wraps one record whose PHYSICALOFFSET is ``pos + 48``: only
-the walk differs from a classic log (``DLedgerScan``, ``dledgerwalk``). A mixed store (§15.5) is
-one view: classic segments below ``divided_offset``, entry files from it."""
+"""DLedger commit logs (reference §15): ``dledger-<selfId>/data/`` entry files (48-byte headers each wrapping one record whose
+PHYSICALOFFSET is ``pos + 48``), ``index/``, ``checkpoint``, ``currterm``, and a commit log view over them; a mixed store (§15.5)
+is one view, classic segments below ``divided_offset``."""
 
 from __future__ import annotations
 
@@ -153,11 +149,9 @@ class DLedgerCommitLog(CommitLog):
 
     @cached_property
     def ledger_begin_index(self) -> int:
-        """``ledgerBeginIndex`` after ``recover``: the index field of the first data file's first entry, read unchecked
-        (``reviseLedgerBeginIndex``), once: the recovery walk's checkpoint, verify's checkpoint row and recover's index
-        file deletion ask it. ``updateCommittedIndex`` skips a checkpoint ``committedIndex`` below it ("Skip update
-        committed index ... < beginIndex", DLedger 0.1-0.3.1.2): once the data files holding it have expired the broker has
-        no committed position after load (``committedPos`` -1: ``dledgerstart.reput_start``'s fallback)."""
+        """``ledgerBeginIndex`` after ``recover``: the first data file's first entry's index, read unchecked
+        (``reviseLedgerBeginIndex``), once; ``updateCommittedIndex`` skips a ``committedIndex`` below it (DLedger 0.1-0.3.1.2:
+        ``dledgerstart.reput_start``'s fallback)."""
         first = self.entry_segments()[0]
         return dfmt.decode_entry_header(self.mapped_at(first.base_offset).buf, 0, first.base_offset).index
 
@@ -357,10 +351,9 @@ class DLedgerScan(CommitLogScan):
 
 
 def open_commitlog(layout: DLedgerLayout, classic: list[Segment], file_size: int | None) -> DLedgerCommitLog:
-    """The commit log view of a DLedger store (plus the classic segments of a mixed store). Without a
-    data file yet (a first load of the classic commit log) the data file size is the classic segments':
-    the broker sets ``mappedFileSizeForEntryData`` to ``mappedFileSizeCommitLog`` (DLedgerCommitLog's
-    constructor, 4.5.1-5.3.3), not DLedger's own 1 GiB default, so a plan saving it reopens both alike."""
+    """The commit log view of a DLedger store (with a mixed store's classic segments). Without a data file the data file size is
+    the classic segments': ``DLedgerCommitLog``'s constructor sets ``mappedFileSizeForEntryData`` to ``mappedFileSizeCommitLog``
+    (4.5.1-5.3.3)."""
     files = offset_named_files(layout.data_dir)
     data, size = segments_of(files, file_size if file_size is not None or files or not classic else classic[-1].size)
     divided = classic[-1].end_offset if classic else 0

@@ -1,7 +1,5 @@
-"""Which of the eras a store's marks leave can change what the broker's recovery does to it: one
-candidate version per distinct set of the planning rules that matter for this store
-(``rules.PLANNING_RULES``), for the next start (``nextstart``: the newest) and the planners
-(``recovery.candidates.plan_under_candidates``: each)."""
+"""One candidate version per distinct set of the planning rules that matter for this store (``rules.PLANNING_RULES``), for the
+next start (``nextstart``: the newest) and the planners (``recovery.candidates``: each)."""
 
 from __future__ import annotations
 

@@ -76,10 +76,8 @@ class IndexFile:
         return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
 
     def chain(self, key: str, begin: int = 0, end: int = LONG_MAX) -> Iterator[tuple[int, int, int]]:
-        """``IndexFile.selectPhyOffset``'s walk of the slot chain of ``key`` (a full ``topic#key``):
-        ``(entry number, phy offset, store time)`` of each entry whose hash is the key's and whose time
-        is in ``[begin, end]``, newest first. Only the 31-bit hash is compared, so collisions are
-        included, as the broker returns them."""
+        """``IndexFile.selectPhyOffset``'s walk of ``key``'s slot chain: ``(entry number, phy offset, store time)`` of each entry
+        with the key's 31-bit hash and a time in ``[begin, end]``, newest first, collisions included."""
         h = hashing.index_key_hash(key)
         count = self.header.index_count
         number = self.slot(h % self.geometry.hash_slot_num)
@@ -184,11 +182,9 @@ def _read_as_index_file(entry: os.DirEntry) -> bool:
 
 
 def list_index_files(index_dir: Path) -> list[Path]:
-    """Index files as ``IndexService.load`` (4.x-5.3.3) loads them: each entry in name order (``Arrays.sort``)
-    whose name ``Long.parseLong`` reads, a regular file (through a symlink) of any length (``IndexFile`` maps it
-    with the configured size), up to the first it cannot open (a directory, a dangling symlink into a missing
-    directory), which ends the load (``index_strays``; ``mappedfile.load_effect``). Other names are skipped, as the
-    broker skips them, and so is a dangling symlink whose target it creates, an empty index file (``created_through``)."""
+    """Index files as ``IndexService.load`` (4.x-5.3.3) loads them: entries in name order that ``Long.parseLong`` reads, regular
+    files of any length, up to the first it cannot open (``index_strays``; ``mappedfile.load_effect``); a link it creates through
+    is skipped."""
     try:
         entries = sorted(os.scandir(index_dir), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
@@ -216,12 +212,8 @@ def index_strays(index_dir: Path) -> list[tuple[StrayEntry, None, int]]:
 
 
 def index_file_name(store_timestamp_ms: int) -> str:
-    """yyyyMMddHHmmssSSS of a time, in UTC (the broker uses its local wall clock at creation). The
-    time is shifted by whole 400-year Gregorian cycles (after which the calendar repeats) into
-    Python's years 1-9999 and its year printed in full as ``UtilAll.timeMillisToHumanString``'s
-    ``%04d`` does: a damaged STORETIMESTAMP (no CRC covers it) can lie far outside them. A negative
-    one is taken as 0: the name stays digits (the broker's name-sorted load would put a name with a
-    sign before every other file)."""
+    """yyyyMMddHHmmssSSS of a time in UTC (``UtilAll.timeMillisToHumanString``), shifted by 400-year cycles into Python's years (a
+    damaged STORETIMESTAMP can lie far outside); a negative one taken as 0."""
     store_timestamp_ms = max(store_timestamp_ms, 0)
     cycles = store_timestamp_ms // _GREGORIAN_CYCLE_MS - 18  # into years 7170-7570
     ms = store_timestamp_ms - cycles * _GREGORIAN_CYCLE_MS

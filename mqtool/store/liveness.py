@@ -1,7 +1,5 @@
-"""Is a broker (or anything else) using this store right now? (reference §14) Two read-only signs:
-the ``lock`` file's POSIX lock (``FileChannel.tryLock(0, 1, false)`` after recovery), probed with
-``fcntl(F_GETLK)``, and ``/proc/<pid>/fd`` and ``maps``: a process with a file under the store open
-or mapped (a broker maps its files while it loads, before it takes the lock)."""
+"""Is anything using this store right now? (reference §14): the ``lock`` file's POSIX lock, probed with ``fcntl(F_GETLK)``, and
+``/proc/<pid>/fd`` and ``maps`` (a broker maps its files before it takes the lock)."""
 
 from __future__ import annotations
 

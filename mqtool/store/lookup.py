@@ -1,7 +1,6 @@
-"""The broker's own lookups, offline (reference §5, §6): ``query_message`` (``DefaultMessageStore.queryMessage``
-on ``index.query_entries``, its ``IndexService.queryOffset`` + ``IndexFile.selectPhyOffset``: collisions as the broker
-returns them; plus the records after the index's last entry: ``source="unindexed"``, §6.5) and ``queue_range_and_offset_by_time``
-(``ConsumeQueue.getOffsetInQueueByTime`` as 4.x and 5.x do it). Reads only what a lookup needs."""
+"""The broker's own lookups, offline (reference §5, §6): ``query_message`` (``DefaultMessageStore.queryMessage``, collisions as
+the broker returns them, plus unindexed records, §6.5) and ``queue_range_and_offset_by_time`` (``getOffsetInQueueByTime``, 4.x and
+5.x)."""
 
 from __future__ import annotations
 
@@ -115,10 +114,9 @@ def _after_index(store: Store) -> tuple[int | None, int | None]:
 
 
 def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits: int | None = None, begin: int = 0, end: int = LONG_MAX) -> Lookup:
-    """``DefaultMessageStore.queryMessage`` on the files as they are, each hit decoded and checked, in
-    offset order (collisions included: ``key_matches`` says which mqadmin would drop). Records
-    after the index's last entry, which the broker indexes again on restart after a crash, are
-    matched too (``source="unindexed"``). A record past the end the broker's next start gives the log is not served (``served``)."""
+    """``DefaultMessageStore.queryMessage`` on the files as they are, each hit decoded and checked, in offset order
+    (``key_matches``: what mqadmin drops); records after the index's last entry too (``source="unindexed"``); not past the next
+    start's end (``served``)."""
     if max_hits is None:
         max_hits = DEFAULT_MAX_UNIQ if kind == UNIQ_KEY else DEFAULT_MAX_KEY
     legacy = store.legacy_properties
@@ -190,12 +188,9 @@ def _range(store: Store, queue, recovered) -> QueueRange:
 
 def read_queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int, phys_offset: int,
                      size: int) -> tuple[clfmt.CommitLogRecord | None, str | None, str]:
-    """The record a consume queue entry points to as the restarted broker's ``getMessage`` serves it: (record,
-    error, status). Past the end its next start gives the log (``nextstart.end_before`` of the entry's bytes),
-    ``truncateDirtyLogicFiles`` removes the entries pointing at or after that end (§5.8; rules-by-version 2.4,
-    2.8: not the 3.2.6-4.3.1 normal recovery): the status is what ``getMessage`` answers against the queue's max
-    offset after that cut; an entry it keeps whose bytes run past the end maps nothing (``selectMappedBuffer``:
-    MESSAGE_WAS_REMOVING)."""
+    """(record, error, status) of a consume queue entry as the restarted broker's ``getMessage`` serves it: entries at or past the
+    next start's end are cut (§5.8; rules 2.4, 2.8), the status against the max after that cut; a kept one running past it maps
+    nothing."""
     cut = end_before(store, phys_offset, size)
     if cut is None:
         record, error = read_message(store, phys_offset)
@@ -229,10 +224,8 @@ def queue_max_after_cut(store: Store, topic: str, queue_id: int, end: int, below
 
 
 def pickup_store_timestamp(store: Store, phys_offset: int, size: int) -> int:
-    """``CommitLog.pickupStoreTimestamp``: the record's store time, -1 below the min offset, where
-    ``getMessage(offset, size)`` maps nothing (``MappedFile.selectMappedBuffer(pos, size)``: ``size`` bytes
-    from ``pos`` run past the segment, as a filler's 2147483647 do, ``cqfmt.is_filler``) or where no record
-    can be read."""
+    """``CommitLog.pickupStoreTimestamp``: the record's store time, or -1 below the min offset, where ``getMessage(offset, size)``
+    maps nothing (a filler, ``cqfmt.is_filler``) or no record can be read."""
     segment = store.commitlog.file_size
     if phys_offset < store.commitlog.min_offset or phys_offset % segment + size > segment:
         return -1
@@ -258,10 +251,8 @@ class _QueueFile:
 
 
 def queue_range_and_offset_by_time(store: Store, topic: str, queue_id: int, timestamp: int) -> tuple[QueueRange | None, int]:
-    """``queue_range`` and ``DefaultMessageStore.getOffsetInQueueByTime(topic, queueId, timestamp)``
-    on one recovery of the queue: ``(None, 0)`` without the queue. The file is chosen by its entries'
-    store times (5.x ``getConsumeQueueMappedFileByTime``, LOWER); 4.x's file modification time, which
-    a copy does not keep, is stood for by the last entry's store time."""
+    """``queue_range`` and ``getOffsetInQueueByTime(topic, queueId, timestamp)`` on one recovery of the queue (``(None, 0)``
+    without it); the file chosen by its entries' store times (5.x; 4.x's mtime stood for by the last entry's)."""
     queue = store.consume_queue(topic, queue_id)
     if not queue.files:
         return None, 0

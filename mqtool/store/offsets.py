@@ -1,9 +1,5 @@
-"""Consumer and schedule progress against the queues (reference §1.4, §5.9, §9.3).
-
-``config/consumerOffset.json`` (``ConsumerOffsetManager``), ``config/delayOffset.json``
-(``ScheduleMessageService``; clamped from 4.9.2, rules §2.16) and 5.x ``config/timercheck``
-(``TimerCheckpoint``): each offset placed against its queue's [min, max] as the broker loads them
-(``relation``); lag comes from the units alone."""
+"""Consumer and schedule progress against the queues (reference §1.4, §5.9, §9.3): ``consumerOffset.json``, ``delayOffset.json``
+(clamped from 4.9.2, rules §2.16) and ``timercheck``, each offset placed against its queue's [min, max] (``relation``)."""
 
 from __future__ import annotations
 
@@ -90,10 +86,8 @@ def consumer_offsets(store: Store, groups: set[str] | None = None, cache: dict |
 
 
 def delay_offsets(store: Store, cache: dict | None = None) -> tuple[ConfigDocument, list[dict[str, Any]]]:
-    """Schedule progress per delay level (``delayOffset.json``), with the offset the broker uses
-    after loading (``loaded_offset``: clamped into the queue's range from 4.9.2 on, rules §2.16,
-    ``ScheduleMessageService.correctDelayOffset``). A level whose queue has no file is placed
-    against an empty queue, as the broker's ``findConsumeQueue`` creates it."""
+    """Schedule progress per delay level, with the offset the broker uses after loading (``loaded_offset``: clamped from 4.9.2,
+    ``correctDelayOffset``, rules §2.16); a level without a queue file is placed against an empty queue."""
     loaded = store.load_config("delayOffset.json")
     cache = {} if cache is None else cache
     rows = []

@@ -1,7 +1,5 @@
-"""What lies after a cut of the commit log (``records_after``): the records the broker discards
-unread, for the next start (``nextstart``) and the recovery plan's lost records (``recovery.lost``).
-The compiled walk goes on past invalid bytes (CRC checked, not fatal) at the next magic code whose
-PHYSICALOFFSET is its own position; bytes that belong to no record are counted, not listed."""
+"""What lies after a cut of the commit log (``records_after``): records the broker discards unread, for ``nextstart`` and
+``recovery.lost``; the walk resumes past invalid bytes at the next self-describing record, other bytes counted, not listed."""
 
 from __future__ import annotations
 
@@ -33,10 +31,8 @@ class LostScan:
 
 
 def records_after(commitlog: CommitLog, cut: int, *, limit: int, legacy: bool, accept_v2: bool, newest_kept: int | None = None, describe: Callable | None = None) -> LostScan:
-    """Records from ``cut`` to the end of the last segment; the first ``limit`` are described
-    (``describe(record, crc_ok, legacy)``: ``recovery.lost.describe``). A record stored before
-    ``newest_kept`` (the newest store time kept so far) is counted ``stale``: a leftover of a log the
-    broker already cut back and wrote over (§8.9; ``CommitLogCheck._is_stale``), not lost by this cut."""
+    """Records from ``cut`` to the end of the last segment, the first ``limit`` described (``describe``); one stored before
+    ``newest_kept`` is counted ``stale``, a leftover of an earlier cut (§8.9; ``CommitLogCheck._is_stale``)."""
     result = LostScan()
     out = np.empty((1 << 14, N_COLS), dtype=np.int64)
     for _, seg, start in commitlog.segments_from(cut):

@@ -9,10 +9,8 @@ from .store import Store
 
 
 def abnormal_recovery_start(store: Store) -> tuple[int, str, int]:
-    """(offset, why, checkpoint time bound) of the abnormal recovery the abort file announces: the
-    broker's rule for this store's version (``store.nextstart.start_of``, the one implementation
-    of ``isMappedFileMatchedRecover``'s choice, §8.4); for a store with DLedger data, where ``DLedgerCommitLog``'s recovery
-    after a crash scans from (``dledgerstart.dledger_start``)."""
+    """(offset, why, checkpoint time bound) of the abnormal recovery the abort file announces (``store.nextstart.start_of``,
+    §8.4); with DLedger data, where ``DLedgerCommitLog``'s recovery scans from (``dledgerstart.dledger_start``)."""
     from .nextstart import start_of
 
     bound, _ = abnormal_bound(store)
@@ -25,13 +23,9 @@ def abnormal_recovery_start(store: Store) -> tuple[int, str, int]:
 
 
 def redispatch_start(store: Store) -> tuple[int | None, str]:
-    """The commit log offset from which the broker's next start re-dispatches records into the
-    consume queues and the index by itself, and why (None: it does not): a recovery that dispatches
-    (``dispatching_recovery``), else the reput from the consume queues' max in 4.5.0-4.9.8 (rules §2.11). On a
-    store with DLedger data ``DLedgerCommitLog``'s recovery dispatches nothing, after a crash too, but in 5.2.0+'s
-    abnormal one, and 5.x re-puts from DLedger's committed position, else its first data file (``dledgerstart.reput_start``;
-    ``DLedgerCommitLog.recover`` @4.9.7, ``dledgerRecoverNormally``, ``DefaultMessageStore.start`` @5.3.3; rules §8.4): while the
-    release is undecided, the eras left must agree."""
+    """The offset from which the next start re-dispatches records into the consume queues and index, and why (None: it does not):
+    a dispatching recovery, else 4.5.0-4.9.8's reput from the queues' max (rules §2.11); with DLedger data 5.2.0+'s abnormal
+    recovery or 5.x's reput (``dledgerstart.reput_start``, rules §8.4). Undecided eras must agree."""
     from .rules import VersionRules
 
     version, dledger = store.version, store.recovers_dledger_data
@@ -64,10 +58,8 @@ def redispatch_start(store: Store) -> tuple[int | None, str]:
 
 
 def dispatching_recovery(store: Store) -> str | None:
-    """The recovery of the broker's next start that dispatches, inside ``DefaultMessageStore.load``, as ``redispatch_start``
-    has it: "abnormal", 5.3.2+'s "normal" (rules §2.3; a DLedger broker's first load of a classic commit log: the mode of
-    ``startfile.log_recovery_mode``), or None; on a store with DLedger data 5.2.0+'s abnormal one alone
-    (``DLedgerCommitLog.dledgerRecoverAbnormally``, rules §8.4)."""
+    """The next start's recovery that dispatches inside ``DefaultMessageStore.load``: "abnormal", 5.3.2+'s "normal" (rules §2.3;
+    ``startfile.log_recovery_mode``), or None; with DLedger data 5.2.0+'s abnormal one alone (rules §8.4)."""
     if store.recovers_dledger_data:
         return "abnormal" if store.abort_present and store.rules.dledger_abnormal_redispatch else None
     mode = log_recovery_mode(store, store.rules)

@@ -1,10 +1,5 @@
-"""The one resynchronisation of a scan asked to begin inside a record (``--from-offset``,
-``--keep-going``, version detection past damage).
-
-A scan begins at ``offset`` when a record or an end-of-file blank starts there, else at the first
-later position where the log can be resumed (reference §8.9): a record whose magic, size chain and
-PHYSICALOFFSET agree for ``chain`` records, or a blank whose TOTALSIZE is the rest of its segment;
-else the next segment's start, or ``offset`` itself (compiled, ``_fastscan``; no numpy loaded)."""
+"""The one resynchronisation of a scan asked to begin inside a record (``--from-offset``, ``--keep-going``, version detection): at
+the first record (or end-of-file blank) at or after ``offset`` whose chain holds (reference §8.9; compiled, ``_fastscan``)."""
 
 from __future__ import annotations
 
@@ -44,12 +39,9 @@ def scan_start(commitlog: CommitLog, offset: int) -> int:
 
 
 def resume_after(commitlog: CommitLog, offset: int, chain: int = RESYNC_CHAIN, *, entries: bool = True) -> int | None:
-    """The first position at or after ``offset`` where the log can be resumed (the module's rule),
-    in this segment or a later one; None when there is none. In a DLedger data file the first entry
-    describing itself (``find_record_start`` with ``entries``, §15.2) whose record starts there or after:
-    its record's offset (the entry's position + 48); past its last entry, the next file. Without ``entries``
-    there, the first record describing itself alone (records never chain there: 48-byte headers between them),
-    the record of an entry whose header is broken included."""
+    """The first position at or after ``offset`` where the log can be resumed, here or in a later segment, or None. In a DLedger
+    data file the record of the first self-describing entry (``entries``, §15.2), or without ``entries`` the first self-describing
+    record."""
     entry_file = getattr(commitlog, "is_entry_file", lambda seg: False)
     for _, seg, pos in commitlog.segments_from(offset):
         with MappedFile(seg.path, seg.base_offset) as mf:

@@ -1,9 +1,6 @@
-"""Per-segment commit log analysis on the compiled walk (in worker processes with ``--jobs``).
-
-``analyze_segment`` walks one segment (not stopping at a CRC failure) into a picklable
-``SegmentReport``: the runs of valid records with their CRC, PHYSICALOFFSET (§2.1) and
-``__CRC32#`` (§2.10) mismatches, the gaps between them, the end-of-file blank and what follows it
-(§2.6). Records never cross a segment (§2), so ``verify`` stitches the reports into the broker's view."""
+"""Per-segment commit log analysis on the compiled walk (worker processes with ``--jobs``): ``analyze_segment`` makes a
+``SegmentReport`` of runs (CRC, PHYSICALOFFSET §2.1, ``__CRC32#`` §2.10 mismatches), gaps and the blank (§2.6), which ``verify``
+stitches together."""
 
 from __future__ import annotations
 
@@ -138,10 +135,8 @@ def check_rows(array: np.ndarray, rows: np.ndarray, base: int, run: Run) -> None
 
 
 def property_crc(record) -> tuple[int, object]:
-    """(CRC the ``__CRC32#`` property should hold, value it holds) for a record ending with one: the
-    last 20 bytes are ``__CRC32#``, ``\\x01``, 10 digits least significant first and ``\\x02``; the CRC is
-    ``crc32(record[:-20]) & 0x7FFFFFFF`` (``MessageDecoder.createCrc32``, reference §2.10). A
-    malformed value is returned as its text."""
+    """(CRC the ``__CRC32#`` property should hold, value it holds) of a record ending with one: ``crc32(record[:-20]) &
+    0x7FFFFFFF`` (``MessageDecoder.createCrc32``, reference §2.10); a malformed value returned as its text."""
     raw = bytes(record[-PROP_CRC_LEN:])
     expected = body_crc(record[: len(record) - PROP_CRC_LEN]) & CRC31_MASK
     digits = raw[len(PROP_CRC_KEY) : -1]
@@ -151,10 +146,8 @@ def property_crc(record) -> tuple[int, object]:
 
 
 def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.ndarray, progress=None, on_rows=None, held=None, run: Run | None = None) -> Run:
-    """Walk valid records from ``pos`` (windowed; pages behind the walk are released);
-    ``on_rows(array, rows)`` sees every call's rows while they are in cache; ``held()`` is the
-    first position its reader still reads (None: none), pages from there on are kept. ``run``: a
-    run ending at ``pos`` to continue (its records already walked and checked, ``check_rows``)."""
+    """Walk valid records from ``pos``, windowed, releasing pages behind ``held()``; ``on_rows(array, rows)`` sees each call's
+    rows in cache; ``run``: a run ending at ``pos`` to continue."""
     run = Run(pos) if run is None else run
     released = reported = pos
     ahead = fs.PagesAhead(buf, array, pos, stop)
@@ -209,10 +202,8 @@ class ChainReader:
 
 
 def analyze_segment(task: SegmentTask, progress=None, chain: ChainReader | None = None, walked: Run | None = None) -> SegmentReport:
-    """Walk one segment: its runs of valid records, the gaps between them, its blank record.
-    ``progress(n)`` gets byte counts adding up to the checked range; ``chain`` is shown the chain
-    run's rows as they are walked. ``walked``: the chain run's first records, walked and checked
-    (``check_rows``) by another reader (``recover``'s plan): the chain continues from its end."""
+    """Walk one segment into its runs, gaps and blank. ``progress(n)`` gets byte counts; ``chain`` sees the chain run's rows;
+    ``walked``: the chain run's first records checked by another reader (``recover``'s plan), continued from their end."""
     ticked = 0
 
     def tick(n: int) -> None:

@@ -1,7 +1,5 @@
-"""Hashes of a record's text fields (reference §3.4): Java ``String.hashCode``, the state carried
-so that ``topic#key`` hashes compose. ``java_hash_utf8`` (``_textscan.pyx``, ``_text.pxd``) hashes
-the UTF-16 code units of strict UTF-8, ``java_hash_states`` many UTF-16 keys each from its own
-state; tests hold them equal to ``formats.hashing.java_string_hash``."""
+"""Java ``String.hashCode`` of a record's text fields (reference §3.4), the state carried so ``topic#key`` hashes compose
+(``_textscan.pyx``); tests hold them equal to ``formats.hashing.java_string_hash``."""
 
 from __future__ import annotations
 

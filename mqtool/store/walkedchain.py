@@ -1,8 +1,6 @@
-"""The plan's commit log walk kept for ``verify_after``: the records are walked and CRC-checked once.
-
-The recovery scan (``dispatch.DispatchScanner``) walks each segment's chain as ``verify`` does (up
-to a CRC failure, ``checkCRCOnRecover``); ``WalkedChain`` applies verify's per-record checks
-(``segments.check_rows``) to its rows, and ``verify_after`` continues from there (``analyze_segment(walked=...)``)."""
+"""The plan's commit log walk kept for ``verify_after``, so records are walked and CRC-checked once: ``WalkedChain`` applies
+verify's per-record checks (``segments.check_rows``) to the recovery scan's rows, and ``analyze_segment(walked=...)`` continues
+from there."""
 
 from __future__ import annotations
 
