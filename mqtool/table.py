@@ -89,9 +89,8 @@ def fold(text: str, width: int) -> list[str]:
 
 
 def line_spans(line: str, width: int) -> list[tuple[int, int]]:
-    """Where to cut ``line`` into lines of at most ``width`` cells at spaces only, each
-    continuation indented like ``line``: (start, end) character spans of the words on each line
-    (a word longer than the room gets a line of its own)."""
+    """Where to cut ``line`` into lines of at most ``width`` cells at spaces only, each continuation indented like ``line``:
+    (start, end) character spans of the words on each line (a word longer than the room gets a line of its own)."""
     room = width - (len(line) - len(line.lstrip(" ")))
     spans: list[tuple[int, int]] = []
     start = end = None
@@ -235,9 +234,8 @@ class Table:
 
     @staticmethod
     def _distribute(mins: list[int], natural: list[int], room: int) -> list[int]:
-        """Widen the columns from their minimum width: first those that then fit whole (the
-        narrowest need first, so short labels never wrap), then the rest, the one lacking most
-        first, until ``room`` is used."""
+        """Widen the columns from their minimum width: first those that then fit whole (the narrowest need first, so short labels
+        never wrap), then the rest, the one lacking most first, until ``room`` is used."""
         widths = list(mins)
         spare = room - sum(widths)
         for need, i in sorted((natural[i] - w, i) for i, w in enumerate(widths)):

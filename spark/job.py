@@ -577,9 +577,8 @@ def print_dropped(rejected: Sequence[dict]) -> None:
 
 
 def prepare(o: JobOptions) -> list[BrokerInput]:
-    """Every check of the arguments and the input paths, without Spark: run before the JVM
-    starts, so a wrong argument or a missing path is one line at once (``UsageError`` /
-    ``BadInput``); returns the resolved inputs for ``run``."""
+    """Every check of the arguments and the input paths, without Spark: run before the JVM starts, so a wrong argument or a
+    missing path is one line at once (``UsageError`` / ``BadInput``); returns the resolved inputs for ``run``."""
     for flag, value, allowed in (("--mode", o.mode, MODES), ("--format", o.format, FORMATS), ("--writer", o.writer, WRITERS)):
         if value not in allowed:
             raise UsageError(f"{flag} {value!r}: expected one of {', '.join(allowed)}")

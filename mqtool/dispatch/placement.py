@@ -62,8 +62,7 @@ class IndexPlacement:
         return np.empty(0, dtype=np.uint32)
 
     def _open(self, name: str, source, seed: ixfmt.IndexHeader | None) -> None:
-        """Start file ``name``: continue the existing file whose header is ``source``, or a new one
-        with header ``seed``."""
+        """Start file ``name``: continue the existing file whose header is ``source``, or a new one with header ``seed``."""
         self._begin(name, seed if seed is not None else source, np.zeros(1, dtype=np.int32), seed is not None)
 
     def _begin(self, name: str, header, slots: np.ndarray, created: bool) -> None:

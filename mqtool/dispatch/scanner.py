@@ -35,8 +35,7 @@ if TYPE_CHECKING:
 
 
 def _partial_keys(keys: list[str]) -> np.ndarray:
-    """What ``dispatch_rows`` stores for each key: its UTF-16 length << 32 | the Java hash of the
-    key alone."""
+    """What ``dispatch_rows`` stores for each key: its UTF-16 length << 32 | the Java hash of the key alone."""
     units, starts, ends = utf16_units_of(keys)
     return (ends - starts) << 32 | java_hash_states(units, starts, ends, np.zeros(len(keys), dtype=np.int64))
 
@@ -434,17 +433,15 @@ AHEAD_MIN_SEGMENT = 64 << 20  # smaller segments are dispatched in turn: a threa
 
 
 class BatchSpill:
-    """Dispatch batches packed (``spillrows``) into a working file (``scratch_file``: made on first use,
-    never fsynced). Each batch written is named by its entry ``(file, offset, rows, keys, queue groups)``,
-    which ``read_spilled`` reads back."""
+    """Dispatch batches packed (``spillrows``) into a working file (``scratch_file``: made on first use, never fsynced). Each
+    batch written is named by its entry ``(file, offset, rows, keys, queue groups)``, which ``read_spilled`` reads back."""
 
     def __init__(self) -> None:
         self.file = None
         self.nbytes = 0
 
     def write(self, batch: DispatchBatch) -> tuple | None:
-        """The batch's entry, or None when it cannot be packed (a key hash outside int32); a
-        failed write raises ``OSError``."""
+        """The batch's entry, or None when it cannot be packed (a key hash outside int32); a failed write raises ``OSError``."""
         groups = batch.queue_groups
         data = spillrows.pack(batch.fields, batch.topic_ids, batch.keys, groups)
         if data is None:

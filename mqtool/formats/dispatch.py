@@ -36,9 +36,8 @@ def parse_delay_levels(text: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
 
 
 def java_parse_int(text: str, bits: int = 32) -> int:
-    """``Integer.parseInt(text)`` (``bits=64``: ``Long.parseLong``, 16: ``Short.parseShort``):
-    optional sign, Unicode decimal digits, in range; raises ``ValueError`` otherwise (unlike
-    Python's ``int``: no spaces, no underscores)."""
+    """``Integer.parseInt(text)`` (``bits=64``: ``Long.parseLong``, 16: ``Short.parseShort``): optional sign, Unicode decimal
+    digits, in range; raises ``ValueError`` otherwise (unlike Python's ``int``: no spaces, no underscores)."""
     digits = text[1:] if text[:1] in "+-" and len(text) > 1 else text
     if not digits or any(unicodedata.decimal(ch, None) is None for ch in digits):
         raise ValueError(text)

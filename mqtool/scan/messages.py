@@ -63,9 +63,8 @@ class MessageScan:
                     future.cancel()
 
     def build(self, segment_batch: SegmentBatch):
-        """The record batch of one walk batch: filtered, projected (with ``then``'s result when
-        given); None when no row is left. Also for a batch of a walk that is not this scan's
-        (``scan.timer.TimerWalk.add_rows``)."""
+        """The record batch of one walk batch: filtered, projected (with ``then``'s result when given); None when no row is left.
+        Also for a batch of a walk that is not this scan's (``scan.timer.TimerWalk.add_rows``)."""
         if self.deciding is not None:
             mask = self.match.mask(self.deciding.build(segment_batch, segment_batch.base_offset))
             keep = compute.fill_null(mask, False).to_numpy(zero_copy_only=False)  # a null condition drops the row, as ``filter``

@@ -38,8 +38,7 @@ class Stretch:
 
 @dataclass(frozen=True)
 class Unreadable:
-    """Bytes after the cut that hold no valid record: ``[start, stop)``; ``resumed``: valid
-    records start at ``stop``."""
+    """Bytes after the cut that hold no valid record: ``[start, stop)``; ``resumed``: valid records start at ``stop``."""
 
     start: int
     stop: int
@@ -48,9 +47,8 @@ class Unreadable:
 
 @dataclass(frozen=True)
 class Unread:
-    """Bytes before the segment the broker's next start scans from that hold no valid record:
-    ``[start, stop)``, never read by the broker; ``queue_entries``: the consume queue entries
-    pointing into it, messages lost there."""
+    """Bytes before the segment the broker's next start scans from that hold no valid record: ``[start, stop)``, never read by the
+    broker; ``queue_entries``: the consume queue entries pointing into it, messages lost there."""
 
     start: int
     stop: int
@@ -68,8 +66,7 @@ class SalvageSummary:
 
     @property
     def damaged(self) -> bool:
-        """True when valid records lie where the broker would not read them: past damage, or
-        skipped for a bad body CRC."""
+        """True when valid records lie where the broker would not read them: past damage, or skipped for a bad body CRC."""
         return bool(self.counts[PAST_DAMAGE] or self.skipped)
 
 

@@ -62,8 +62,7 @@ def before_the_log(ids: list[str], store: Store) -> int:
 
 
 def string_hashes(arr: pa.Array) -> np.ndarray:
-    """``_stats.string_keys`` (the statistics' topic key) of every value of a string array (nulls
-    hash as empty strings)."""
+    """``_stats.string_keys`` (the statistics' topic key) of every value of a string array (nulls hash as empty strings)."""
     if len(arr) == 0:
         return np.empty(0, dtype=np.int64)
     _, offsets_buf, data_buf = arr.buffers()

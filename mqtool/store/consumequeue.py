@@ -1,6 +1,5 @@
-"""Consume queues: ``consumequeue/<topic>/<queueId>/`` file-queues of 20-byte units (reference §5),
-and the broker's view of a queue after load: its recovered end (``ConsumeQueue.recover``, §5.7) and
-corrected min offset (``correctMinOffset``, §5.9)."""
+"""Consume queues: ``consumequeue/<topic>/<queueId>/`` file-queues of 20-byte units (reference §5), and the broker's view of a
+queue after load: its recovered end (``ConsumeQueue.recover``, §5.7) and corrected min offset (``correctMinOffset``, §5.9)."""
 
 from __future__ import annotations
 
@@ -66,9 +65,8 @@ class QueueRecovery(NamedTuple):
         return self.end // ENTRY_SIZE
 
     def max_physic_offset(self, dedup_by_end: bool) -> int:
-        """The queue's ``maxPhysicOffset`` after ``ConsumeQueue.recover``: the last valid unit's
-        offset + size from 4.5.0, its start offset up to 4.4.0 (rules §3.4,
-        ``VersionRules.cq_dedup_by_end``)."""
+        """The queue's ``maxPhysicOffset`` after ``ConsumeQueue.recover``: the last valid unit's offset + size from 4.5.0, its
+        start offset up to 4.4.0 (rules §3.4, ``VersionRules.cq_dedup_by_end``)."""
         return self.max_phys_offset if dedup_by_end else self.last_phys_offset
 
 

@@ -190,9 +190,8 @@ class DLedgerCommitLog(CommitLog):
         return number
 
     def unit_bytes(self, first: int, stop: int) -> bytes:
-        """The index units of entries ``first``..``stop - 1`` as DLedger writes them
-        (``DLedgerEntryCoder.encodeIndex``), from the entry headers in the data files; the walk
-        starts in the newest data file whose first entry is not after ``first``."""
+        """The index units of entries ``first``..``stop - 1`` as DLedger writes them (``DLedgerEntryCoder.encodeIndex``), from the
+        entry headers in the data files; the walk starts in the newest data file whose first entry is not after ``first``."""
         start = self.divided_offset
         for seg in self.entry_segments():
             head = dfmt.decode_entry_header(self.mapped_at(seg.base_offset).buf, 0, seg.base_offset)

@@ -310,9 +310,8 @@ class FirstLoadBlank:
 
 
 def first_load_blank(store: Store, rules: VersionRules, end: int) -> FirstLoadBlank | None:
-    """The ``FirstLoadBlank`` of a DLedger store without data files (``MixedFirstLoad``) whose classic recovery
-    ends at ``end``; None for any other store, a broker before 4.5.0 or no commit log file (``getLastMappedFile``
-    is null: nothing is written)."""
+    """The ``FirstLoadBlank`` of a DLedger store without data files (``MixedFirstLoad``) whose classic recovery ends at ``end``;
+    None for any other store, a broker before 4.5.0 or no commit log file (``getLastMappedFile`` is null: nothing is written)."""
     cl = store.commitlog
     if not store.is_dledger or store.recovers_dledger_data or not rules.dledger_commitlog or not cl.segments:
         return None

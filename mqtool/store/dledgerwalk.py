@@ -23,9 +23,8 @@ ENTRY_REASONS = {
 
 
 class EntryWalker:
-    """``FastScan``'s walk for a DLedger commit log: ``walk_entries`` with the index/term state
-    carried from file to file; a segment below ``divided_offset`` (the classic commit log of a
-    mixed store, §15.5) is walked as records."""
+    """``FastScan``'s walk for a DLedger commit log: ``walk_entries`` with the index/term state carried from file to file; a
+    segment below ``divided_offset`` (the classic commit log of a mixed store, §15.5) is walked as records."""
 
     def __init__(self, divided_offset: int = 0):
         self.divided_offset = divided_offset

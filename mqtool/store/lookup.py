@@ -53,8 +53,7 @@ class Lookup:
 
 
 def key_matches(record: clfmt.CommitLogRecord, topic: str, key: str, kind: str, legacy: bool) -> bool:
-    """What mqadmin keeps (``MQAdminImpl.queryMessage``): the topic, and the key among KEYS or the
-    UNIQ_KEY equal, by kind."""
+    """What mqadmin keeps (``MQAdminImpl.queryMessage``): the topic, and the key among KEYS or the UNIQ_KEY equal, by kind."""
     if record.topic_name != topic:
         return False
     props = record.property_map(legacy=legacy)
@@ -64,9 +63,8 @@ def key_matches(record: clfmt.CommitLogRecord, topic: str, key: str, kind: str, 
 
 
 def _indexed_keys(record: clfmt.CommitLogRecord, legacy: bool, rule: int) -> list[str]:
-    """The keys ``IndexService.buildIndex`` of the store's version puts for a record (``rule``:
-    ``VersionRules.index_rule``, rules file §4.2: 3.2.6 indexes no UNIQ_KEY and no COMMIT record;
-    none for a rollback)."""
+    """The keys ``IndexService.buildIndex`` of the store's version puts for a record (``rule``: ``VersionRules.index_rule``, rules
+    file §4.2: 3.2.6 indexes no UNIQ_KEY and no COMMIT record; none for a rollback)."""
     props = record.property_map(legacy=legacy)
     return indexed_keys(record.sys_flag, props.get(PropertyKey.UNIQ_KEY), split_keys(props.get(PropertyKey.KEYS)), rule)
 

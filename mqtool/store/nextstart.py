@@ -253,9 +253,8 @@ def link_clauses(store: Store) -> str | None:
 
 
 def start_of(store: Store) -> ScanStart | None:
-    """Where the broker's next start scans from (``startfile.recovery_start``); None for a DLedger
-    store. While several eras remain, the newest's start (the planners keep its plan), its rule saying
-    where the others would start."""
+    """Where the broker's next start scans from (``startfile.recovery_start``); None for a DLedger store. While several eras
+    remain, the newest's start (the planners keep its plan), its rule saying where the others would start."""
     if store.recovers_dledger_data:
         return None
     if store.version is not None:
@@ -270,9 +269,8 @@ def start_of(store: Store) -> ScanStart | None:
 
 
 def scan_start_offset(store: Store) -> int:
-    """The offset the broker's next start scans from (``start_of``): damage before it does not end
-    the log the broker serves. The commit log's first offset without a store directory or for a
-    DLedger store."""
+    """The offset the broker's next start scans from (``start_of``): damage before it does not end the log the broker serves. The
+    commit log's first offset without a store directory or for a DLedger store."""
     start = start_of(store) if store.root is not None else None
     return store.commitlog.min_offset if start is None else start.offset
 
@@ -288,9 +286,8 @@ def dropped_after(store: Store, offset: int, rules: VersionRules) -> int:
 
 
 def only_zeros_after(commitlog: CommitLog, offset: int) -> bool:
-    """True when every byte from ``offset`` to the end of the last segment is zero. Read with
-    ``pread`` (a pre-allocated segment's zeros would otherwise all become resident pages of a map),
-    holes of a sparse file skipped with ``SEEK_DATA``."""
+    """True when every byte from ``offset`` to the end of the last segment is zero. Read with ``pread`` (a pre-allocated segment's
+    zeros would otherwise all become resident pages of a map), holes of a sparse file skipped with ``SEEK_DATA``."""
     for _, seg, pos in commitlog.segments_from(offset):
         fd = open_read_only(seg.path)
         try:

@@ -56,9 +56,8 @@ def data_extents(path, start: int = 0) -> list[tuple[int, int]]:
 
 
 def _search_from(extents: list[tuple[int, int]], pos: int) -> int | None:
-    """Where a search for a record start at or after ``pos`` begins: in the first data range
-    from ``pos``, a few bytes before it (a record's leading size bytes may be zeros in the hole
-    before), never before ``pos``; None when no data follows."""
+    """Where a search for a record start at or after ``pos`` begins: in the first data range from ``pos``, a few bytes before it
+    (a record's leading size bytes may be zeros in the hole before), never before ``pos``; None when no data follows."""
     search = next((max(lo, pos) for lo, hi in extents if hi > pos), None)
     return None if search is None else max(pos, search - (search % 8) - 8)
 

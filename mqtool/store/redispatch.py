@@ -1,6 +1,5 @@
-"""What the broker's next start re-dispatches into the consume queues and the index by itself, and from
-where (reference §8.4, rules §2.3, §2.11, §8.4): the store model's answer, which verify's checks, the timer
-resume and the plans share."""
+"""What the broker's next start re-dispatches into the consume queues and the index by itself, and from where (reference §8.4,
+rules §2.3, §2.11, §8.4): the store model's answer, which verify's checks, the timer resume and the plans share."""
 
 from __future__ import annotations
 

@@ -391,9 +391,8 @@ def _read_past(key: Hashable, split: Split, stop: ScanEnd) -> tuple[list[Damage]
 
 
 def _chain_stop(split: Split, chain_end: int | None) -> ScanEnd | None:
-    """Why the chain of ``split``'s segment stops at ``chain_end`` when that is damage or zeros
-    (worded by the record decoder, ``Split.end_at``); None when its records end at the segment's
-    end-of-file blank, its last byte or a requested limit."""
+    """Why the chain of ``split``'s segment stops at ``chain_end`` when that is damage or zeros (worded by the record decoder,
+    ``Split.end_at``); None when its records end at the segment's end-of-file blank, its last byte or a requested limit."""
     chain_end = split.chain_start if chain_end is None else chain_end
     if chain_end >= split.base_offset + split.size:
         return None

@@ -67,9 +67,8 @@ def _names_a_dledger_member(path: Path) -> bool:
 
 
 def not_a_store(path: Path) -> NotAStore:
-    """The error for a path that is none of what ``Store.open`` reads: what was expected, the
-    absolute path, and the store it probably means (a ``consumequeue/`` given for its store, the
-    broker's home given for its ``store/``)."""
+    """The error for a path that is none of what ``Store.open`` reads: what was expected, the absolute path, and the store it
+    probably means (a ``consumequeue/`` given for its store, the broker's home given for its ``store/``)."""
     shown = path.absolute()
     try:
         found = "a file" if path.is_file() else "an empty directory" if not any(path.iterdir()) else "a directory without commitlog/, consumequeue/, index/ or checkpoint"

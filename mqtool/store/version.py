@@ -97,9 +97,8 @@ def _first_records(store: "Store", evidence: list[str], limit: int = 64):
 
 
 def check_first_record(store: "Store") -> None:
-    """Refuse commit logs that hold no RocketMQ record at all (DLedger data files, pre-4.0
-    stores, other files). A damaged first record is not refused: the records after it are
-    found (``resync.scan_start``) and the damage is ``verify``'s finding."""
+    """Refuse commit logs that hold no RocketMQ record at all (DLedger data files, pre-4.0 stores, other files). A damaged first
+    record is not refused: the records after it are found (``resync.scan_start``) and the damage is ``verify``'s finding."""
     for segment in store.commitlog.segments[:1]:
         with MappedFile(segment.path, segment.base_offset) as mf:
             if not any(mf.buf[:8]):
