@@ -1,6 +1,5 @@
-"""Batch consume queues (5.0.0+, reference §5.5, ``BatchConsumeQueue.java @5.3.3``): 46-byte units each holding queue offsets
-``[msgBaseOffset, msgBaseOffset + batchSize)`` of one record; recovery (§5.7) stops at the first unit failing
-``BatchUnit.is_valid``."""
+"""Batch consume queues (5.0.0+, reference §5.5, ``BatchConsumeQueue.java @5.3.3``): 46-byte units each holding one record's queue
+offsets ``[msgBaseOffset, msgBaseOffset + batchSize)``; recovery (§5.7) stops at the first invalid one."""
 
 from __future__ import annotations
 

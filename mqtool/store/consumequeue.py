@@ -195,9 +195,8 @@ READ_BELOW = 1 << 16  # bytes: a file this small is read, not mapped (a map cost
 
 
 def read_units(path: Path, file_size: int, dtype: "np.dtype | None" = None) -> np.ndarray:
-    """The units (``dtype``, a consume queue's by default) of one file as a read-only numpy view
-    of its map (no copy; the map lives as long as the view), or of its bytes when it is smaller
-    than ``READ_BELOW``. Only ``file_size`` bytes count, as the broker maps them."""
+    """The units (``dtype``, a consume queue's by default) of one file as a read-only numpy view of its map, or of its bytes when
+    smaller than ``READ_BELOW``; only ``file_size`` bytes count."""
     import numpy as np
 
     dtype = unit_dtype() if dtype is None else dtype
@@ -234,9 +233,8 @@ def read_unit(path: Path, position: int) -> tuple[int, int, int] | None:
 
 
 def units_are(file, position: int, phys, size, tags) -> bool:
-    """Whether the units of an open file from byte ``position`` on are (``phys``, ``size``, ``tags``),
-    one ``pread``; past the file's end it reads as zeros, as the broker's map of a short file.
-    ``phys`` and ``tags`` are int64 arrays, ``size`` int32 (``_queueunits.units_equal``)."""
+    """Whether an open file's units from byte ``position`` are (``phys``, ``size``, ``tags``), in one ``pread``; past its end it
+    reads zeros, as the broker's map (``_queueunits.units_equal``)."""
     count = len(phys) * ENTRY_SIZE
     return units_equal(os.pread(file.fileno(), count, position).ljust(count, b"\0"), phys, size, tags)
 
@@ -303,9 +301,8 @@ def _subdirs(directory: Path) -> list[Path]:
 
 
 def queue_id_of(name: str) -> int | None:
-    """A queue directory's id as ``DefaultMessageStore.loadConsumeQueue`` reads it (``Integer.parseInt``:
-    an optional sign, then digits, within int32; a record whose QUEUEID is damaged negative gets such a
-    directory), or None: 4.0.0+ skip the entry, 3.2.6 refuses to start on it (``topic_strays``)."""
+    """A queue directory's id as ``loadConsumeQueue``'s ``Integer.parseInt`` reads it (sign, digits, int32), or None: 4.0.0+ skip
+    the entry, 3.2.6 refuses to start (``topic_strays``)."""
     return java_int_or_none(name)
 
 
@@ -313,9 +310,8 @@ TopicListing = list[tuple[Path, list[os.DirEntry]]]
 
 
 def topic_listing(directory: Path) -> TopicListing:
-    """Each ``<topic>/`` folder of ``directory`` (``consumequeue/``, ``batchconsumequeue/``) with its entries by name, as
-    ``loadConsumeQueue`` lists them (``File.listFiles`` of each topic): listed once for ``queue_directories``,
-    ``queue_path_files`` and ``topic_strays``, which a store of many LMQ queues (one topic folder each) would list again."""
+    """Each ``<topic>/`` folder of ``directory`` with its entries by name, as ``loadConsumeQueue`` lists them: listed once for
+    ``queue_directories``, ``queue_path_files`` and ``topic_strays``."""
     return [(t, _entries(t)) for t in _subdirs(directory)]
 
 
@@ -345,26 +341,23 @@ class QueueDirectory(NamedTuple):
 
 
 def queue_directories(directory: Path, listing: TopicListing | None = None) -> list[QueueDirectory]:
-    """Every directory under a ``<topic>/`` of ``directory`` (``consumequeue/``, ``batchconsumequeue/``; ``listing``: its
-    ``topic_listing``) the broker's load takes a queue id from (``queue_id_of``), by path: what every reader of the queues
-    starts from."""
+    """Every directory under a ``<topic>/`` of ``directory`` (``listing``: its ``topic_listing``) the broker's load takes a queue
+    id from (``queue_id_of``), by path."""
     listing = topic_listing(directory) if listing is None else listing
     return [QueueDirectory(t.name, queue_id, Path(e.path)) for t, entries in listing for e in entries
             if e.is_dir() and (queue_id := queue_id_of(e.name)) is not None]
 
 
 def queue_path_files(directory: Path, listing: TopicListing | None = None) -> list[Path]:
-    """Each non-directory at a queue's own path ``<topic>/<id>``: loaded as an empty queue, but its first dispatch cannot be
-    written, and after 30 tries ``putMessagePositionInfoWrapper`` refuses every put (@3.2.6, 4.9.7, 5.3.3). ``listing``:
-    ``topic_listing``."""
+    """Each non-directory at a queue's path ``<topic>/<id>``: an empty queue whose first dispatch fails, after 30 tries refusing
+    every put (``putMessagePositionInfoWrapper`` @3.2.6, 4.9.7, 5.3.3). ``listing``: ``topic_listing``."""
     listing = topic_listing(directory) if listing is None else listing
     return [Path(e.path) for _, entries in listing for e in entries if not e.is_dir() and e.name == str(queue_id_of(e.name))]
 
 
 def discover_queues(directory: Path, file_size: int, kind: type[FileQueue] = ConsumeQueue, found: list[QueueDirectory] | None = None) -> list:
-    """Every queue (of ``kind``) the broker loads under ``directory``, by topic and id, from ``queue_directories`` (or ``found``):
-    each reads ``<topic>/<id>`` whatever its directory's spelling (``01``: never read), a second of the id replacing it
-    (``putConsumeQueue``); none where a file stands there (``queue_path_files``)."""
+    """Every queue (of ``kind``) the broker loads under ``directory``, by topic and id (``queue_directories`` or ``found``), each
+    read at ``<topic>/<id>`` (``01`` never read; ``putConsumeQueue`` replaces a second), none where a file stands there."""
     found = queue_directories(directory) if found is None else found
     loaded = {(d.topic, d.queue_id) for d in found if d.read or not os.path.lexists(directory / d.topic / str(d.queue_id))}
     return [kind(topic, queue_id, directory / topic / str(queue_id), file_size) for topic, queue_id in sorted(loaded)]

@@ -1,6 +1,6 @@
-"""DLedger commit logs (reference §15): ``dledger-<selfId>/data/`` entry files (48-byte headers each wrapping one record whose
-PHYSICALOFFSET is ``pos + 48``), ``index/``, ``checkpoint``, ``currterm``, and a commit log view over them; a mixed store (§15.5)
-is one view, classic segments below ``divided_offset``."""
+"""DLedger commit logs (reference §15): entry files (48-byte headers each wrapping one record at ``pos + 48``), ``index/``,
+``checkpoint``, ``currterm``, and one commit log view over them (a mixed store's classic segments below ``divided_offset``,
+§15.5)."""
 
 from __future__ import annotations
 
@@ -149,9 +149,8 @@ class DLedgerCommitLog(CommitLog):
 
     @cached_property
     def ledger_begin_index(self) -> int:
-        """``ledgerBeginIndex`` after ``recover``: the first data file's first entry's index, read unchecked
-        (``reviseLedgerBeginIndex``), once; ``updateCommittedIndex`` skips a ``committedIndex`` below it (DLedger 0.1-0.3.1.2:
-        ``dledgerstart.reput_start``'s fallback)."""
+        """``ledgerBeginIndex`` after ``recover`` (``reviseLedgerBeginIndex``: the first entry's index, unchecked), read once;
+        ``updateCommittedIndex`` skips a ``committedIndex`` below it (DLedger 0.1-0.3.1.2)."""
         first = self.entry_segments()[0]
         return dfmt.decode_entry_header(self.mapped_at(first.base_offset).buf, 0, first.base_offset).index
 
@@ -350,9 +349,8 @@ class DLedgerScan(CommitLogScan):
 
 
 def open_commitlog(layout: DLedgerLayout, classic: list[Segment], file_size: int | None) -> DLedgerCommitLog:
-    """The commit log view of a DLedger store (with a mixed store's classic segments). Without a data file the data file size is
-    the classic segments': ``DLedgerCommitLog``'s constructor sets ``mappedFileSizeForEntryData`` to ``mappedFileSizeCommitLog``
-    (4.5.1-5.3.3)."""
+    """The commit log view of a DLedger store; without a data file its size is the classic segments' (``DLedgerCommitLog`` sets
+    ``mappedFileSizeForEntryData`` to ``mappedFileSizeCommitLog``, 4.5.1-5.3.3)."""
     files = offset_named_files(layout.data_dir)
     data, size = segments_of(files, file_size if file_size is not None or files or not classic else classic[-1].size)
     divided = classic[-1].end_offset if classic else 0

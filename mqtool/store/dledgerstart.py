@@ -1,6 +1,5 @@
-"""Where a DLedger broker's load cuts and scans (reference §15.4): ``DLedgerMmapFileStore.recover``'s
-entry walk (``data_recovery``) and where ``DLedgerCommitLog``'s recovery scans from (``dledger_start``),
-for the next start (``nextstart``) and the DLedger recovery plan (``recovery.dledger``)."""
+"""Where a DLedger broker's load cuts and scans (reference §15.4): ``DLedgerMmapFileStore.recover``'s entry walk
+(``data_recovery``) and ``DLedgerCommitLog``'s scan start (``dledger_start``), for ``nextstart`` and ``recovery.dledger``."""
 
 from __future__ import annotations
 
@@ -86,10 +85,8 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
 
 
 def committed_read_failure(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[str, bool] | None:
-    """(why, in every release) ``updateCommittedIndex`` throws at the end of ``recover`` on committedIndex ``dl.committed_index``
-    (only before the walk's first entry), or None: no ``index/`` unit there, or with DLedger 0.1/0.2.2
-    (``dledger_commit_reads_entry``) no entry ``get`` can read at that unit (DLedgerMmapFileStore.get, updateCommittedIndex
-    @release-0.1, dledger-0.2.2)."""
+    """(why, in every release) ``updateCommittedIndex`` throws at the end of ``recover`` on ``dl.committed_index``, or None: no
+    ``index/`` unit there, or (DLedger 0.1/0.2.2, ``dledger_commit_reads_entry``) no entry ``get`` can read at it."""
     c = dl.committed_index
     if c is None or dl.first_walked is None or c >= dl.first_walked:
         return None
@@ -114,9 +111,8 @@ def committed_read_failure(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[str,
 
 
 def reput_start(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[int, str]:
-    """Where 5.x ``DefaultMessageStore.start``'s reput starts on DLedger data, and why: ``DLedgerCommitLog.getConfirmOffset``
-    (committed position if positive, else the first data file's base), raised to the log's min offset (@5.0.0-5.3.3, reference
-    §15.4)."""
+    """Where 5.x's reput starts on DLedger data, and why: ``DLedgerCommitLog.getConfirmOffset`` (the committed position, else the
+    first data file's base), raised to the min offset (@5.0.0-5.3.3, reference §15.4)."""
     if dl.committed_pos:
         return dl.committed_pos, f"DLedger's committed position {dl.committed_pos}"
     files = cl.entry_segments()
@@ -127,10 +123,9 @@ def reput_start(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[int, str]:
 
 
 def walk_resume(cl: DLedgerCommitLog, end: ScanEnd, *, every: bool = False) -> int | None:
-    """Where a record walk that stopped at ``end`` goes on in the data DLedger's recovery keeps (it checks entry headers only,
-    §15.4): past a damaged record, or a broken header to the next served entry (``served_entry_after``); the classic log of a
-    mixed store (§15.5) past damage (``resync.resume_after``). None at ``recover``'s stop or a limit. ``every`` (``salvage``):
-    every readable entry."""
+    """Where a walk stopped at ``end`` goes on in the data DLedger's recovery keeps (§15.4, §15.5): past a damaged record, a
+    broken header (``served_entry_after``) or classic damage (``resync.resume_after``); None at its stop. ``every``: every
+    readable entry."""
     index = cl.segment_index(end.offset)
     if end.reason in (StopReason.LIMIT, StopReason.SEGMENT_END, StopReason.BLANK_LAST, StopReason.NO_SEGMENTS) or index is None:
         return None
@@ -188,9 +183,8 @@ def _self_described(cl: DLedgerCommitLog, at: int) -> clfmt.CommitLogRecord | No
 
 
 def record_in_broken_entry(cl: DLedgerCommitLog, end: ScanEnd, resume: int) -> int | None:
-    """The offset of the record inside the entry at ``end`` (resumed after at ``resume``) whose header alone is broken, when it
-    decodes, describes itself and ends at ``resume``; else None. The broker serves it: ``getMessage`` reads by offset, a reput
-    skips the header."""
+    """The offset of the self-describing record inside the header-broken entry at ``end``, ending at ``resume``, or None; the
+    broker serves it (``getMessage`` reads by offset, a reput skips the header)."""
     at = end.offset + dfmt.ENTRY_HEADER_SIZE
     index = cl.segment_index(end.offset)
     if end.reason == StopReason.CRC or index is None or not cl.is_entry_file(cl.segments[index]) or at >= resume:
@@ -216,9 +210,8 @@ KEPT = ("a DLedger broker keeps it (DLedger's recovery checks entry headers only
 
 @dataclass(frozen=True)
 class ServedLog:
-    """A DLedger store's commit log as the reader of one of its splits (``store.splits``, the Spark scan) needs it to go on
-    past damage as ``mqtool dump`` does (``walk_resume``, ``loose_walk``: every data file, ``index/``, DLedger's recovery
-    walk): picklable, its log opened once per process (``commitlog``)."""
+    """A DLedger store's commit log as a split's reader (``store.splits``, Spark) needs it to go on past damage as ``mqtool dump``
+    does: picklable, opened once per process (``commitlog``)."""
 
     layout: DLedgerLayout
     classic: tuple[Segment, ...]  # the classic segments of a mixed store (§15.5)

@@ -1,6 +1,5 @@
-"""The walk of DLedger data files (reference §15.2, §15.4): ``walk_entries`` (``_dledgerwalk.pyx``)
-checks each entry as ``DLedgerMmapFileStore.recover`` does and the record inside as
-``fastscan.walk_segment`` does, with ``walk_segment``'s rows, so ``FastScan`` reads DLedger data unchanged."""
+"""The walk of DLedger data files (reference §15.2, §15.4): ``walk_entries`` checks each entry as ``DLedgerMmapFileStore.recover``
+and the record inside as ``walk_segment``, with its rows, so ``FastScan`` reads DLedger data unchanged."""
 
 from __future__ import annotations
 

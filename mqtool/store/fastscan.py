@@ -1,6 +1,5 @@
-"""The compiled hot loop (``_fastscan.pyx``): ``walk_segment`` applies ``formats.commitlog.decode_record``'s checks and the body
-CRC (ISA-L, zlib fallback: ``CRC_IMPLEMENTATION``) to a whole segment in one call, recording where each valid record's parts
-lie."""
+"""The compiled hot loop (``_fastscan.pyx``): ``walk_segment`` applies ``decode_record``'s checks and the body CRC (ISA-L, zlib
+fallback) to a whole segment per call, recording where each valid record's parts lie."""
 
 from __future__ import annotations
 
@@ -55,9 +54,9 @@ class SegmentBatch(NamedTuple):
 
 
 class FastScan:
-    """``CommitLog.scan`` on the compiled walk: yields ``SegmentBatch`` es, then sets ``end``. ``stop_on_crc`` ends at a CRC
-    failure, else ``crc_ok = 0``; ``release_behind`` unmaps consumed pages; ``batch_bytes`` sizes later batches; ``read_window``
-    reads through a ``ReadWindow`` (the batch's array is then that window) instead of a map."""
+    """``CommitLog.scan`` on the compiled walk: ``SegmentBatch`` es, then ``end``. ``stop_on_crc`` ends at a bad CRC (else
+    ``crc_ok = 0``); ``release_behind`` unmaps consumed pages; ``batch_bytes`` sizes batches; ``read_window`` reads through a
+    ``ReadWindow``."""
 
     def __init__(self, commitlog: CommitLog, start: int | None = None, stop: int | None = None, *, check_crc: bool = True,
                  stop_on_crc: bool = True, batch: int = 1 << 16, batch_bytes: int | None = None, release_behind: bool = False, walker=None,
@@ -147,9 +146,8 @@ class FastScan:
 
 
 class ReadWindow:
-    """A segment read with ``pread`` through one buffer of ``size`` bytes (``FastScan``'s ``read_window``): nothing of it is
-    mapped, so a long walk builds and tears down no page tables (a third of its CPU). A record the window's end cuts is
-    walked again from the next window's start (``cut_short``); one longer than the window, walked mapped."""
+    """A segment read with ``pread`` through one ``size``-byte buffer, no page tables (a third of a walk's CPU); a record the
+    window cuts is walked again from the next window (``cut_short``), one longer than it walked mapped."""
 
     def __init__(self, path, size: int, file_size: int):
         self.path, self.fd = path, open_read_only(path)
@@ -245,9 +243,8 @@ def data_end(fd: int, start: int, stop: int) -> int:
 
 
 def last_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None, buf=None) -> int:
-    """Position of the last non-zero byte in ``array[start:stop]``, or -1; with the file's
-    descriptor, the holes of a sparse file after its last data (``data_end``) are not read; with
-    its map ``buf``, the pages searched are dropped (``release_pages``: flat RSS over zeros)."""
+    """Position of the last non-zero byte in ``array[start:stop]``, or -1; with ``fd``, a sparse file's trailing holes are not
+    read; with ``buf``, the searched pages are dropped."""
     q = stop if fd is None else data_end(fd, start, stop)
     while q > start:
         p = max(start, q - ZERO_WINDOW)
@@ -260,9 +257,8 @@ def last_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None
 
 
 class PagesAhead:
-    """Maps a segment map's pages up to ``AHEAD`` bytes ahead of a sequential walk (``at(pos)``) in a thread of its own
-    (``_pages.populate``, Linux 5.14+), so page-table work runs on another core; positions go by a ``SimpleQueue`` (Ctrl-C
-    safe)."""
+    """Maps a segment map's pages up to ``AHEAD`` bytes ahead of a sequential walk (``at(pos)``) in a thread (``_pages.populate``,
+    Linux 5.14+); positions go by a ``SimpleQueue`` (Ctrl-C safe)."""
 
     AHEAD = 16 << 20
     STEP = 2 << 20

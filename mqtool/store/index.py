@@ -1,6 +1,5 @@
-"""Index files (``index/``) and the broker's key lookup over them (reference §6). The geometry
-(``hash_slot_num``, ``index_num``) is the broker's configuration, not in the file: without
-broker.conf, ``infer_index_geometry`` recovers it from a file's own slot chains."""
+"""Index files and the broker's key lookup over them (reference §6); without broker.conf ``infer_index_geometry`` recovers the
+geometry from a file's own slot chains."""
 
 from __future__ import annotations
 
@@ -31,9 +30,8 @@ class IndexGeometry:
 
 
 class IndexFile:
-    """One index file, mapped read-only, decoded with the broker's geometry. The broker maps it with
-    its configured size (``IndexFile``: ``MappedFile(fileName, fileTotalSize)``), so the bytes a
-    truncated file lacks read as zeros, as they do here (``verify`` reports the short file)."""
+    """One index file, mapped read-only with the broker's geometry; bytes a truncated file lacks read as zeros, as in the broker's
+    map of the configured size."""
 
     def __init__(self, path: Path, geometry: IndexGeometry):
         self.path = Path(path)
@@ -157,9 +155,8 @@ def infer_index_geometry(path: Path) -> IndexGeometry:
 
 
 def store_index_geometry(paths: list[Path]) -> IndexGeometry | None:
-    """The geometry of a store's index files without broker.conf: inferred from the newest file
-    that shows it (a truncated or damaged file does not; all files share the broker's
-    configured geometry). None without index files; ``BadStoreFile`` when none shows it."""
+    """The geometry of a store's index files without broker.conf, inferred from the newest file that shows it; None without index
+    files, ``BadStoreFile`` when none shows it."""
     failure = None
     for path in sorted(paths, key=lambda p: (os.stat(p).st_size, p.name), reverse=True):  # full-size files first
         try:
@@ -182,9 +179,8 @@ def _read_as_index_file(entry: os.DirEntry) -> bool:
 
 
 def list_index_files(index_dir: Path) -> list[Path]:
-    """Index files as ``IndexService.load`` (4.x-5.3.3) loads them: entries in name order that ``Long.parseLong`` reads, regular
-    files of any length, up to the first it cannot open (``index_strays``; ``mappedfile.load_effect``); a link it creates through
-    is skipped."""
+    """Index files as ``IndexService.load`` (4.x-5.3.3) loads them: ``Long.parseLong`` names in order, any length, up to the first
+    it cannot open (``index_strays``, ``mappedfile.load_effect``); a link it creates through skipped."""
     try:
         entries = sorted(os.scandir(index_dir), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):
@@ -202,9 +198,8 @@ def list_index_files(index_dir: Path) -> list[Path]:
 
 
 def index_strays(index_dir: Path) -> list[tuple[StrayEntry, None, int]]:
-    """``(entry, None: IndexService.load maps any length, how many index files sort after it)`` of each entry of
-    ``index_dir`` that ``IndexService.load`` lists and ``list_index_files`` does not read as an index file
-    (``mappedfile.folder_entries``, one listing)."""
+    """``(entry, None, index files sorting after it)`` of each entry of ``index_dir`` ``IndexService.load`` lists but
+    ``list_index_files`` does not read (one ``mappedfile.folder_entries`` listing)."""
     if not index_dir.is_dir():
         return []
     files, strays = folder_entries(index_dir, _read_as_index_file)

@@ -1,6 +1,5 @@
-"""The broker's own lookups, offline (reference §5, §6): ``query_message`` (``DefaultMessageStore.queryMessage``, collisions as
-the broker returns them, plus unindexed records, §6.5) and ``queue_range_and_offset_by_time`` (``getOffsetInQueueByTime``, 4.x and
-5.x)."""
+"""The broker's own lookups, offline (reference §5, §6): ``query_message`` (``queryMessage``, collisions included, unindexed
+records too, §6.5) and ``queue_range_and_offset_by_time`` (``getOffsetInQueueByTime``, 4.x and 5.x)."""
 
 from __future__ import annotations
 
@@ -112,9 +111,8 @@ def _after_index(store: Store) -> tuple[int | None, int | None]:
 
 
 def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits: int | None = None, begin: int = 0, end: int = LONG_MAX) -> Lookup:
-    """``DefaultMessageStore.queryMessage`` on the files as they are, each hit decoded and checked, in offset order
-    (``key_matches``: what mqadmin drops); records after the index's last entry too (``source="unindexed"``); not past the next
-    start's end (``served``)."""
+    """``DefaultMessageStore.queryMessage`` on the files as they are, hits decoded and checked, in offset order (``key_matches``);
+    unindexed records too (``source="unindexed"``), none past the next start's end (``served``)."""
     if max_hits is None:
         max_hits = DEFAULT_MAX_UNIQ if kind == UNIQ_KEY else DEFAULT_MAX_KEY
     legacy = store.legacy_properties
@@ -141,9 +139,8 @@ def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits:
 
 
 def served(store: Store, result: Lookup) -> Lookup:
-    """``result`` less the records the broker's next start cuts off (``nextstart.ends_before``, one walk up to the
-    furthest: its ``lookMessageByOffset`` maps nothing past the end it gives the log and ``queryMessage`` skips the hit),
-    each such row's ``error`` saying where the log ends."""
+    """``result`` less the records the next start cuts off (``nextstart.ends_before``: ``lookMessageByOffset`` maps nothing past
+    the end), each such row's ``error`` saying where the log ends."""
     read = [f for f in result.found if f.record is not None]
     for f, cut in zip(read, ends_before(store, [(f.offset, f.record.total_size) for f in read])):
         if cut is not None:
@@ -186,9 +183,8 @@ def _range(store: Store, queue, recovered) -> QueueRange:
 
 def read_queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int, phys_offset: int,
                      size: int) -> tuple[clfmt.CommitLogRecord | None, str | None, str]:
-    """(record, error, status) of a consume queue entry as the restarted broker's ``getMessage`` serves it: entries at or past the
-    next start's end are cut (§5.8; rules 2.4, 2.8), the status against the max after that cut; a kept one running past it maps
-    nothing."""
+    """(record, error, status) of a consume queue entry as the restarted broker's ``getMessage`` serves it: entries past the next
+    start's end cut (§5.8; rules 2.4, 2.8), the status against the max after that cut."""
     cut = end_before(store, phys_offset, size)
     if cut is None:
         record, error = read_message(store, phys_offset)
@@ -205,9 +201,8 @@ def read_queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int,
 
 
 def queue_max_after_cut(store: Store, topic: str, queue_id: int, end: int, below: int) -> int:
-    """The queue's max offset once ``truncateDirtyLogicFiles(end)`` (§5.8) has removed its units pointing at or past
-    ``end``, the one at ``below`` among them: the first such unit or invalid one (they point forward in the log: a
-    binary search), 0 when that is its first file's first (every file deleted: ``getMaxOffsetInQueue`` of no file)."""
+    """The queue's max offset once ``truncateDirtyLogicFiles(end)`` (§5.8) removed its units at or past ``end``, the first at
+    ``below`` (a binary search); 0 when that is its first file's first."""
     queue = store.consume_queue(topic, queue_id)
     first = low = queue.files[0][0] // ENTRY_SIZE
     high = below

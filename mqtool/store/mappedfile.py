@@ -132,9 +132,8 @@ def unmounted_text(path: Path) -> str:
 
 @dataclass(frozen=True)
 class StrayEntry:
-    """An entry ``MappedFileQueue.load`` lists (``File.listFiles``) that ``offset_named_files`` passes over: ``is_dir`` and
-    ``length`` as ``File`` sees them through a symlink, ``offset`` as ``Long.parseLong`` reads the name (None: it throws; a topic
-    folder's: ``named_by``)."""
+    """An entry ``MappedFileQueue.load`` lists that ``offset_named_files`` passes over: ``is_dir``, ``length`` as ``File`` sees
+    them, ``offset`` as ``Long.parseLong`` reads the name (None: it throws; a topic folder's: ``named_by``)."""
 
     path: Path
     is_dir: bool
@@ -224,10 +223,8 @@ LOAD_CONSUME_QUEUE = "DefaultMessageStore.loadConsumeQueue"
 
 
 def load_effect(entry: StrayEntry, file_size: int | None, rules, loader: str = MAPPED_FILE_QUEUE) -> str:
-    """What the broker of ``rules`` does with ``entry`` at load (rules §2.13): ``MappedFileQueue.load`` (5.1.0+ skips a directory,
-    5.1.3+ deletes a zero-length last entry; a wrong length left out or refused; a bad name refused), DLedger's
-    ``MmapFileList.load`` (4.5.0's, ``System.exit``), ``IndexService.load`` (``created_through``; an open failure ends it) and
-    ``loadConsumeQueue`` (``queue_id_parse_caught``)."""
+    """What the broker of ``rules`` does with ``entry`` at load (rules §2.13) in ``MappedFileQueue.load``, DLedger's
+    ``MmapFileList.load``, ``IndexService.load`` (``created_through``) or ``loadConsumeQueue`` (``queue_id_parse_caught``)."""
     if loader == LOAD_CONSUME_QUEUE:
         return SKIPPED if rules.queue_id_parse_caught else REFUSED
     if loader == INDEX_SERVICE:
@@ -250,9 +247,8 @@ def load_effect(entry: StrayEntry, file_size: int | None, rules, loader: str = M
 
 
 def last_listed(path: Path, files, strays) -> bool:
-    """Whether ``path``, a file of a folder listed by ``folder_entries`` (``files``, ``strays``), is the last entry of
-    that listing, the one 5.1.3+ ``doLoad`` deletes when empty (``i == files.size() - 1``, rules §2.13): an entry of
-    any kind sorting after it (another name, a directory it skips, a symlink) leaves an empty file to the length rule."""
+    """Whether ``path`` is the last entry of its folder's listing (``files``, ``strays``), the one 5.1.3+ ``doLoad`` deletes when
+    empty (rules §2.13); any entry sorting after it leaves an empty file to the length rule."""
     return all(p.name <= path.name for _, p in files) and all(s.path.name < path.name for s in strays)
 
 
@@ -296,9 +292,8 @@ def sigbus_handled() -> bool:
 
 
 def exit_on_sigbus(*, worker: bool = False) -> None:
-    """Make a failed read through a map (SIGBUS: the file shrank, or its pages cannot be supplied) one
-    line on stderr and exit code 3, not "Bus error" (135): Python cannot catch it, so a compiled handler
-    (``_sigbus.pyx``) does. A worker whose parent waits for it hands the signal to the parent (``worker``)."""
+    """A failed read through a map (SIGBUS) made one stderr line and exit 3, not "Bus error" (135), by a compiled handler
+    (``_sigbus.pyx``); ``worker``: the signal is handed to the waiting parent."""
     global _sigbus_handled
     if _sigbus_handled and not worker:
         return
@@ -325,8 +320,7 @@ def sigbus_says(message: str):
 
 
 def inferred_file_size(sizes) -> int:
-    """The file size of a mapped file queue (commit log segments, DLedger data files) whose
-    configuration is not given: the most common size among ``sizes``; on a tie a power of two (a
-    configured size, where a file grown by appended bytes or cut short is not), then the larger."""
+    """A mapped file queue's file size without configuration: the most common of ``sizes``; on a tie a power of two (a configured
+    size), then the larger."""
     counts = Counter(sizes)
     return max(counts, key=lambda s: (counts[s], s > 0 and s & (s - 1) == 0, s))

@@ -1,7 +1,6 @@
-"""What the broker's next start does to the commit log, one answer for ``info``, ``verify``, ``recover``, ``repair`` and
-``salvage``: ``DefaultMessageStore.recover`` scans from the start segment (``startfile.recovery_start``, rules 2.1, 2.6), keeps
-the log up to the first record failing ``checkMessageAndReturnSize`` (reference §8.3) and drops the rest (``truncateDirtyFiles``,
-§8.9), unless it refuses to start."""
+"""What the broker's next start does to the commit log, for ``info``, ``verify``, ``recover``, ``repair`` and ``salvage``: the
+scan from the start segment (``startfile``) keeps the log up to the first invalid record (reference §8.3, §8.9), unless the broker
+refuses to start."""
 
 from __future__ import annotations
 
@@ -65,9 +64,8 @@ class NextStart:
         return f"{ENDS.get(self.end_reason, self.end_reason)} at {self.logical_end}"
 
     def reported_end(self, walked: ScanEnd | None) -> tuple[int | None, str]:
-        """(logical end, why) as ``verify`` and the Spark job report them (docs/verify.md): this start's end; where the broker
-        refuses to start, where ``walked`` ends (the check's own walk, refused files left out), or a DLedger store's entry walk
-        (``walk_end``)."""
+        """(logical end, why) as ``verify`` and Spark report them (docs/verify.md): this start's end; where it refuses to start,
+        where ``walked`` ends, or a DLedger store's entry walk (``walk_end``)."""
         walked = self.walk_end or walked
         if self.logical_end is not None or walked is None:
             return self.logical_end, self.end_reason
@@ -103,10 +101,9 @@ class NextStart:
 
 
 def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | None = None) -> NextStart:
-    """The broker's next start on ``store``. ``walked``: where a walk with the broker's checks from ``walked_from`` ended; when it
-    passed the start segment the broker's scan ends there too, else the log is walked (``summary.logical_end``). A DLedger
-    store's: the data up to where ``DLedgerMmapFileStore.recover``'s entry walk stops, then ``DLedgerCommitLog``'s start
-    (reference §15.4, ``dledgerstart``)."""
+    """The broker's next start on ``store``; ``walked``: a walk with its checks from ``walked_from`` (used when it passed the
+    start segment). DLedger data: kept up to where ``DLedgerMmapFileStore.recover``'s entry walk stops (reference §15.4,
+    ``dledgerstart``)."""
     cl, dl = store.commitlog, None
     why, wheel = log_refusals(store)  # a mixed store's commitlog/: DLedgerCommitLog.load (super.load()) runs before DLedger's load
     if store.recovers_dledger_data:
@@ -151,10 +148,9 @@ def end_before(store: Store, offset: int, size: int) -> Cut | None:
 
 
 def ends_before(store: Store, spans: list[tuple[int, int]]) -> list[Cut | None]:
-    """For each ``(offset, size)``: where the next start ends the log when that end cuts off those bytes, else None
-    (``getMessage`` maps nothing past the end after ``truncateDirtyFiles``, reference §8.9); bytes before the start segment are
-    always served. While several eras start in different places, a cut under any of them counts, naming them. A DLedger store's
-    end: its entry walk (§15.4)."""
+    """For each ``(offset, size)``: the next start's end where it cuts off those bytes, else None (``getMessage`` maps nothing
+    past it, reference §8.9); eras starting in different places cut for any of them, naming them. DLedger: its entry walk's end
+    (§15.4)."""
     if not spans:
         return []
     if store.recovers_dledger_data:
@@ -184,9 +180,8 @@ def ends_before(store: Store, spans: list[tuple[int, int]]) -> list[Cut | None]:
 
 
 def _walk_end(store: Store, start: int, stop: int) -> ScanEnd:
-    """``summary.logical_end``'s end from ``start`` up to ``stop``, each stretch walked once per Store (many lookups in
-    one process): an end the walk found answers every later ``stop`` (reached when the record there starts before it,
-    else ``StopReason.LIMIT``), and a walk that reached its stop every stop up to it."""
+    """``summary.logical_end``'s end from ``start`` up to ``stop``, each stretch walked once per Store: a found end answers every
+    later ``stop``, a walk that reached its stop every stop up to it (else ``StopReason.LIMIT``)."""
     from .summary import logical_end
 
     upto, end = store.walked_ends.get(start, (None, None))
@@ -203,9 +198,8 @@ RECOVER_FIXES = ", which `mqtool recover` fixes"  # a consume queue file's way o
 
 
 def log_refusals(store: Store) -> tuple[str | None, str | None]:
-    """(``log_refusal``, None), or, where that is ``wheel_refusal`` (the first thing the broker meets), what the start meets
-    once ``repair`` has resized the wheel, which changes nothing of the log's recovery: the log's own refusal after it, said
-    with it, (that, None); else (None, the wheel's with any ``later_refusal`` after it), the line saying the figures."""
+    """(``log_refusal``, None); where that is ``wheel_refusal``, with the refusal met once ``repair`` resized the wheel, (that,
+    None) for the log's own, else (None, the wheel's with any ``later_refusal``)."""
     why = log_refusal(store)
     if why is None or why != wheel_refusal(store):
         return why, None
@@ -217,9 +211,8 @@ def log_refusals(store: Store) -> tuple[str | None, str | None]:
 
 
 def deleted_link(store: Store) -> str | None:
-    """The clause of the first dangling symlink (``StrayEntry.unmounted``) of the commit log, a consume queue or the timer log
-    that 5.1.3+ ``MappedFileQueue.load`` deletes as a zero-length last entry (rules §2.13), its data then lost, and how many more;
-    or None."""
+    """The clause of the first dangling symlink of the commit log, a consume queue or the timer log that 5.1.3+
+    ``MappedFileQueue.load`` deletes as a zero-length last entry (rules §2.13), its data then lost, and how many more; or None."""
     from .timer import timer_eras
 
     eras = store.version_guess.eras
@@ -238,9 +231,8 @@ def deleted_link(store: Store) -> str | None:
 
 
 def created_link(store: Store) -> StrayEntry | None:
-    """The first entry of index/ that is a dangling symlink whose target the start's ``IndexService.load`` creates as an empty
-    index file (``mappedfile.created_through``; every release), or None. ``recover`` refuses to plan that start
-    (``planparts.unloadable_files``): the broker's last index file may be that one, which takes the recovery's entries."""
+    """The first dangling symlink of index/ whose target ``IndexService.load`` creates as an empty index file
+    (``mappedfile.created_through``), or None; ``recover`` refuses to plan that start (``planparts.unloadable_files``)."""
     return next((e for e, _, _ in store.index_strays if e.offset is not None and e.created is not None), None)
 
 
@@ -309,9 +301,8 @@ def only_zeros_after(commitlog: CommitLog, offset: int) -> bool:
 
 
 def log_refusal(store: Store, wheel: bool = True) -> str | None:
-    """Why the broker refuses to start on the commit log (``MappedFileQueue.load``, rules §2.13: a file of the wrong length or
-    name, a zero-length last file, by era, naming the eras), or None; first ``open_refusal`` (``wheel`` False: without
-    ``wheel_refusal``)."""
+    """Why the broker refuses to start on the commit log (``MappedFileQueue.load``, rules §2.13), by era, or None; first
+    ``open_refusal`` (``wheel`` False: without ``wheel_refusal``)."""
     if (why := open_refusal(store, wheel)) is not None:
         return why
     for problem in store.problems:
@@ -341,9 +332,8 @@ MAPPED = ("checkpoint", "config/timercheck", "timerwheel")  # the files of those
 
 
 def unusable(path: Path, name: str) -> tuple[str, str, str] | None:
-    """(what it is, open or map, what throws) where the broker's ``new RandomAccessFile(file, "rw")`` cannot use ``path``: a
-    directory or socket, or where it maps the file (``MAPPED``) a FIFO or device node; None: a file, or nothing there
-    (created)."""
+    """(what it is, open or map, what throws) where ``new RandomAccessFile(path, "rw")`` fails: a directory or socket, or for a
+    mapped file (``MAPPED``) a FIFO or device node; None: a file, or nothing there."""
     what = not_a_file(path)
     if what in (A_DIRECTORY, A_SOCKET):
         return what, "open", "new RandomAccessFile(file, \"rw\") throws" + (" ENXIO" if what == A_SOCKET else "")
@@ -353,9 +343,8 @@ def unusable(path: Path, name: str) -> tuple[str, str, str] | None:
 
 
 def open_refusal(store: Store, wheel: bool = True) -> str | None:
-    """Why the broker refuses to start before it loads the commit log, or None: a ``LOADED_FIRST`` config whose ``.bak`` fails
-    (``config_refusal``), an ``OPENED_FIRST`` file that is a directory (rules 6.4, 8.1), or ``wheel_refusal``; by era, naming
-    them."""
+    """Why the broker refuses to start before it loads the commit log, by era, or None: a ``LOADED_FIRST`` config's bad ``.bak``,
+    an ``OPENED_FIRST`` file that is a directory (rules 6.4, 8.1), or ``wheel_refusal``."""
     if store.root is None:
         return None
     eras = store.version_guess.eras
@@ -405,9 +394,8 @@ def config_refusal(store: Store, name: str, eras) -> str | None:
 
 
 def bak_refusal(store: Store, name: str, eras, without: frozenset[str] = frozenset()) -> tuple[str, str, str] | None:
-    """(why, which eras: "" all, why the file was passed over) the broker refuses to start on config file ``name``, or None:
-    ``ConfigManager.loadBak`` returns false on its ``.bak`` (``ConfigDocument.bak_unusable``; each era reads as its
-    ``file2String``, rules 7.4)."""
+    """(why, which eras: "" all, why the file was passed over) the broker refuses to start on config file ``name``
+    (``ConfigManager.loadBak`` false: ``ConfigDocument.bak_unusable``, rules 7.4), or None."""
     if store.root is None or not eras:
         return None
     by_chars = set(store.eras_where("reads_config_by_chars"))
@@ -430,9 +418,8 @@ def loading_eras(store: Store, name: str) -> list:
 
 
 def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loader: str = MAPPED_FILE_QUEUE, eras=None) -> str | None:
-    """Why the broker refuses to start on an entry of a folder ``loader`` loads that is no file of it (a
-    directory, a symlink, a misnamed file: ``mappedfile.load_effect``), or None: no era left (of ``eras``,
-    those that load the folder; all by default) does."""
+    """Why the broker refuses to start on an entry of a folder ``loader`` loads that is no file of it
+    (``mappedfile.load_effect``), or None: no era of ``eras`` (default all) does."""
     eras = store.version_guess.eras if eras is None else eras
     if (who := which_do(stray_effects(eras, entry, file_size, later, loader).get(REFUSED, []), eras)) is None:
         return None
@@ -452,9 +439,8 @@ def first_stray_refusal(store: Store, strays, loader: str = MAPPED_FILE_QUEUE, e
 
 
 def unmounted_file(store: Store) -> str | None:
-    """The first file of the commit log, a consume queue, the timer log or DLedger's folders that is a dangling symlink, with
-    what to do (``StrayEntry.unmounted``), or None: whatever the broker of the store's era does with it, no plan may be made
-    without its bytes, as the broker's would write new data at its offset."""
+    """The first file of the commit log, a queue, the timer log or DLedger's folders that is a dangling symlink, with what to do
+    (``StrayEntry.unmounted``), or None: no plan may be made without its bytes."""
     timer = store.timer_log_listing.strays if store.timer_log_listing is not None else []
     strays = [p.entry for p in store.problems if p.kind == STRAY_ENTRY] + [e for q in (*store.consume_queues, *store.batch_consume_queues)
                                                                            for e in q.strays]
@@ -463,18 +449,16 @@ def unmounted_file(store: Store) -> str | None:
 
 
 def later_refusal(store: Store, queue_fix: str = RECOVER_FIXES, committed: bool = True) -> str | None:
-    """Why the broker refuses to start on a store whose commit log it loads, in the order it meets them: a DLedger stray,
-    ``queue_refusal``, ``checkpoint_refusal``, ``committed_refusal`` (unless not ``committed``), ``refusal_after_recovery``,
-    ``abort_refusal``."""
+    """Why the broker refuses to start on a store whose commit log it loads, in the order it meets them: DLedger strays, queues,
+    checkpoint, ``committed_refusal`` (if ``committed``), ``refusal_after_recovery``, abort."""
     return (first_stray_refusal(store, store.dledger_strays, MMAP_FILE_LIST) or queue_refusal(store, queue_fix) or checkpoint_refusal(store)
             or (committed_refusal(store) if committed else None) or (found[1] if (found := refusal_after_recovery(store)) else None)
             or abort_refusal(store))
 
 
 def committed_refusal(store: Store) -> str | None:
-    """Why the broker refuses to start on DLedger's checkpoint ``committedIndex`` (``dledgerstart.committed_read_failure``),
-    naming the releases, or None: ``updateCommittedIndex`` throws at the end of ``DLedgerMmapFileStore.recover`` and the load
-    fails (@4.5.1, 4.9.2)."""
+    """Why the broker refuses to start on DLedger's ``committedIndex`` (``dledgerstart.committed_read_failure``), naming the
+    releases, or None: ``updateCommittedIndex`` throws after ``DLedgerMmapFileStore.recover`` (@4.5.1, 4.9.2)."""
     if not store.recovers_dledger_data:
         return None
     from .dledgerstart import committed_read_failure, data_recovery
@@ -490,9 +474,8 @@ def committed_refusal(store: Store) -> str | None:
 
 
 def refusal_after_recovery(store: Store) -> tuple[str, str, str] | None:
-    """(why after the recovery, the refusal, what lifts it) of a refusal met only after ``DefaultMessageStore.load``'s recovery,
-    or None: 5.1.0+ an unmappable ``index/`` entry, 5.x ``timer_refusal`` then ``timermetrics``, 4.9.2+ ``delayOffset.json``. That
-    start writes what its recovery writes, then fails."""
+    """(why after the recovery, the refusal, what lifts it) of a refusal met after ``DefaultMessageStore.load``'s recovery, or
+    None: an unmappable ``index/`` entry (5.1.0+), ``timer_refusal``, ``timermetrics``, ``delayOffset.json`` (4.9.2+)."""
     from .timer import timer_eras
 
     if (why := first_stray_refusal(store, store.index_strays, INDEX_SERVICE)) is not None:
@@ -508,9 +491,8 @@ def refusal_after_recovery(store: Store) -> tuple[str, str, str] | None:
 
 
 def abort_refusal(store: Store) -> str | None:
-    """Why a 5.0.0+ broker exits after its recovery on an ``abort`` that is a directory, or hangs on a FIFO, or None:
-    ``DefaultMessageStore.start`` writes its PID with ``MixAll.string2File`` (rules 6.3); older releases only ``createNewFile``
-    it."""
+    """Why a 5.0.0+ broker exits after its recovery on an ``abort`` that is a directory, or hangs on a FIFO
+    (``MixAll.string2File`` writes its PID, rules 6.3), or None."""
     if store.abort is None or not store.abort.unusable:
         return None
     eras = store.version_guess.eras
@@ -525,17 +507,15 @@ def abort_refusal(store: Store) -> str | None:
 
 def checkpoint_refusal(store: Store, way_out: str = "; `mqtool repair` moves it out") -> str | None:
     """Why the broker refuses to start on a ``checkpoint`` that is a directory, or None: ``StoreCheckpoint``'s
-    ``new RandomAccessFile(file, "rw")`` throws on one, and ``DefaultMessageStore.load`` (3.2.6-5.3.3: after the commit
-    log's and consume queues' loads, before the index's) catches it and fails (reference §6, rules 6.1)."""
+    ``RandomAccessFile`` throws and ``DefaultMessageStore.load`` fails (3.2.6-5.3.3; reference §6, rules 6.1)."""
     if store.root is None or (found := unusable(store.path("checkpoint"), "checkpoint")) is None:
         return None
     return f"checkpoint: {found[0]}, which StoreCheckpoint cannot {found[1]} ({found[2]}), so DefaultMessageStore.load fails{way_out}"
 
 
 def timer_refusal(store: Store) -> str | None:
-    """Why a 5.x broker refuses to start on ``timerlog/`` (a file of the wrong length, an entry that is no timer log file:
-    ``TimerLog.load`` is a ``MappedFileQueue.load``), after the other refusals, with what fixes it (``TimerLogListing.fixed_by``);
-    or None."""
+    """Why a 5.x broker refuses to start on ``timerlog/`` (``TimerLog.load`` is a ``MappedFileQueue.load``), after the other
+    refusals, with what fixes it (``TimerLogListing.fixed_by``); or None."""
     from .timer import timer_eras
 
     eras, listing = timer_eras(store.version_guess.eras), store.timer_log_listing
@@ -559,9 +539,8 @@ def wrong_length_refusal(store: Store, wrong_lengths, file_size: int | None, fil
 
 
 def queue_refusal(store: Store, fix: str = RECOVER_FIXES) -> str | None:
-    """Why the broker refuses to start on a consume queue file (LMQ and batch queues too), or None: a topic folder's entry named
-    by no queue id (3.2.6), or a file of another length, refused in the eras that refuse such a commit log file (rules §2.13;
-    ``cq-file-size``)."""
+    """Why the broker refuses to start on a consume queue file (LMQ, batch queues too), or None: a topic folder entry named by no
+    queue id (3.2.6), or a file of another length (rules §2.13; ``cq-file-size``)."""
     if (why := first_stray_refusal(store, store.topic_strays, LOAD_CONSUME_QUEUE)) is not None:
         return why
     for queues, fix in ((store.consume_queues, fix), (store.batch_consume_queues, "")):
@@ -574,9 +553,8 @@ def queue_refusal(store: Store, fix: str = RECOVER_FIXES) -> str | None:
 
 
 def refused_by(store: Store, empty_last: bool, eras=None) -> str | None:
-    """Of a file ``MappedFileQueue.load`` finds of the wrong length (``empty_last``: a zero-length one, the folder's last
-    entry, ``mappedfile.last_listed``): None when no era of ``eras`` (the store's by default) refuses it; else "" when every
-    one does, or which do."""
+    """Which eras of ``eras`` (the store's) refuse a file ``MappedFileQueue.load`` finds of the wrong length (``empty_last``: a
+    zero-length last entry): None for none, "" for all, else which."""
     eras = store.version_guess.eras if eras is None else eras
     return which_do(refusing_eras(eras, empty_last), eras)
 

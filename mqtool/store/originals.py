@@ -15,9 +15,8 @@ CHUNK = 1 << 22  # bytes read at a time where the bytes expected are zeros
 
 
 class OriginalFiles:
-    """A rebuild places its bytes file after file, so one original file is open at a time (the one compared before is
-    closed) and read with ``pread`` as the bytes come, each byte once: no copy of a file is held, memory stays flat. Past
-    a short file's end it reads as zeros, as the broker's map of the configured size does."""
+    """A rebuild's original files read with ``pread`` one at a time as its bytes come, each byte once: memory flat; past a short
+    file's end zeros, as the broker's map of the configured size."""
 
     def __init__(self):
         self._open: tuple[Path, object] | None = None

@@ -63,9 +63,8 @@ def _search_from(extents: list[tuple[int, int]], pos: int) -> int | None:
 
 
 def _next_self_described(array, start: int, base: int, accept_v2: bool, buf, extents: list[tuple[int, int]]) -> int:
-    """The first position at or after ``start`` holding a record magic (V2 with ``accept_v2``) whose
-    PHYSICALOFFSET is its own offset (``find_record_start`` with a chain of 0), a window at a time,
-    releasing the pages searched; a window of zeros moves on to the next data range of ``extents``."""
+    """The first position at or after ``start`` of a record magic (V2 with ``accept_v2``) whose PHYSICALOFFSET is its own, a
+    window at a time, skipping zero windows to the next data range of ``extents``."""
     size = array.shape[0]
     tail = _PHYS + 8
     q = start

@@ -125,9 +125,8 @@ SECONDS_LIKE = (10**9, 10**11)  # epoch values read as seconds, not milliseconds
 
 
 def parse_time(text: str | None, option: str) -> int | None:
-    """A user's ``--since``/``--until``: epoch milliseconds, or ISO-8601 (a time without zone is UTC).
-    A 10- or 11-digit number is epoch seconds to a person (milliseconds would be early 1970): refused
-    with the value in milliseconds as a hint, never read silently as milliseconds."""
+    """A user's ``--since``/``--until``: epoch milliseconds or ISO-8601 (UTC without a zone); a 10- or 11-digit number (seconds to
+    a person) is refused with the milliseconds as a hint."""
     if text is None:
         return None
     if text.lstrip("-").isdigit():

@@ -1,6 +1,5 @@
-"""The broker's store rules by version: the eras of ``rocketmq-rules-by-version.md`` (E0 = 3.2.6 ... E18 = 5.3.2-5.3.3; E15 split
-into E15a/E15b by the LMQ rule §3.12), in release order (``ERAS``). ``VersionRules`` says which variant of each rule a version
-follows; each property names its row (§) of the rules file and the broker method it mirrors."""
+"""The broker's store rules by version: the eras of ``rocketmq-rules-by-version.md`` (E0 = 3.2.6 ... E18; E15 split by §3.12) in
+release order (``ERAS``); ``VersionRules`` properties name their row (§) and the broker method they mirror."""
 
 from __future__ import annotations
 
@@ -233,9 +232,8 @@ class VersionRules:
 
     @property
     def lmq_rule(self) -> int:
-        """§3.12: the records whose ``INNER_MULTI_DISPATCH`` ``checkMultiDispatchQueue`` skips (``formats.dispatch.LMQ_SKIP_*``):
-        all before 4.9.3, none to 5.1.0, %RETRY% in 5.1.1 (E15a), also the timer/schedule topics and "/" names in 5.1.2-5.1.4
-        (E15b-E16), every rmq_sys_ topic from 5.2.0 (``MultiDispatchUtils``)."""
+        """§3.12: which ``INNER_MULTI_DISPATCH`` records ``checkMultiDispatchQueue`` skips (``LMQ_SKIP_*``): all before 4.9.3,
+        none to 5.1.0, %RETRY% in 5.1.1, timer/schedule and "/" too in 5.1.2-5.1.4, every rmq_sys_ topic from 5.2.0."""
         index = self.era.index
         for since, rule in (("E17", LMQ_SKIP_SYSTEM), ("E15b", LMQ_SKIP_RETRY_TIMER_SCHEDULE), ("E15a", LMQ_SKIP_RETRY), ("E12", LMQ_SKIP_NONE)):
             if index >= _BY_NAME[since].index:

@@ -1,6 +1,5 @@
-"""Per-segment commit log analysis on the compiled walk (worker processes with ``--jobs``): ``analyze_segment`` makes a
-``SegmentReport`` of runs (CRC, PHYSICALOFFSET §2.1, ``__CRC32#`` §2.10 mismatches), gaps and the blank (§2.6), which ``verify``
-stitches together."""
+"""Per-segment commit log analysis on the compiled walk (processes with ``--jobs``): ``analyze_segment``'s ``SegmentReport`` of
+runs (CRC, PHYSICALOFFSET §2.1, ``__CRC32#`` §2.10), gaps and the blank (§2.6), stitched by ``verify``."""
 
 from __future__ import annotations
 

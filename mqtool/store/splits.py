@@ -1,7 +1,5 @@
-"""Byte-range splits of commit log segments for parallel scans, and the check that keeps them exact. A split owns the records
-whose first byte lies in it (reference §2.6), resynchronising off a segment start (``find_split_start``); stale records can follow
-the logical end (§8.9), so ``check_handoffs`` accepts a split only where the chain before it ends, ``check_splits`` reads damage
-as ``mqtool dump``."""
+"""Byte-range splits of commit log segments for parallel scans, each owning the records that start in it (reference §2.6, §8.9),
+and the check that keeps them the log ``mqtool dump`` reads (``check_handoffs``, ``check_splits``)."""
 
 from __future__ import annotations
 
@@ -80,9 +78,8 @@ class Split:
         return Segment(self.path, self.base_offset, self.size, self.entries)
 
     def resume(self, end: ScanEnd) -> int | None:
-        """Where this segment's records go on after a walk that stopped at ``end``, or None: past damage or zeros before
-        ``resume_before`` (the broker never reads them, as ``cli.common.read_on``), with ``keep_going`` past any damage, never
-        past a blank; in a DLedger store (``served``) past the damage its broker keeps (``dledgerstart.walk_resume``)."""
+        """Where this segment's records go on after ``end``, or None: past damage or zeros before ``resume_before``, past damage
+        with ``keep_going``, never past a blank; DLedger (``served``): ``dledgerstart.walk_resume``."""
         if end.reason in (StopReason.LIMIT, StopReason.NO_SEGMENTS, StopReason.BLANK_LAST):
             return None
         if self.served is not None:
@@ -113,9 +110,8 @@ class Split:
 def plan_splits(segments: Iterable[Segment], split_size: int | None = None, resume_before: int | None = None,
                 start: int | None = None, stop: int | None = None, keep_going: bool = False,
                 served: "ServedLog | None" = None) -> list[Split]:
-    """One split per segment, or ``split_size`` ranges where a segment is larger (``resume_before``,
-    ``keep_going``, ``served``: ``Split.resume``); only the records starting in ``[start, stop)`` when given (``start``:
-    a record start, as ``mqtool dump --from-offset`` finds it), the splits outside it not planned at all."""
+    """One split per segment, or ``split_size`` ranges of larger ones, only for records starting in ``[start, stop)`` (``start``:
+    a record start); ``resume_before``, ``keep_going``, ``served``: ``Split.resume``."""
     if start is not None and stop is not None and stop <= start:
         return []
     splits = []
@@ -148,9 +144,8 @@ def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: in
 
 
 class SplitScan:
-    """The compiled walk over one split, ``WINDOW`` bytes mapped at a time, CRCs checked without stopping: yields ``SegmentBatch``
-    es, then ``first``, ``exit``, ``records``, ``end`` say what it read. It ends where a scan of the segment would (reading past
-    what ``Split.resume`` skips, listed in ``skipped``), or at the first record at or after ``end``."""
+    """The compiled walk over one split (``WINDOW`` bytes mapped at a time, CRCs not stopping it) to where a scan of the segment
+    would end, past what ``Split.resume`` skips (``skipped``); then ``first``, ``exit``, ``records``, ``end``."""
 
     def __init__(self, split: Split, *, check_crc: bool = True, window: int = WINDOW, batch: int = 1 << 15):
         self.split, self.check_crc, self.window, self.batch = split, check_crc, window, batch
@@ -254,9 +249,8 @@ class Rejected(NamedTuple):
 
 
 class Damage(NamedTuple):
-    """Damage (or zeros) where the records of segment ``segment`` stopped, as the record decoder words it:
-    read past up to ``resumed`` (the broker never reads it, ``Split.resume``), or the end of the log
-    (``resumed`` None), as ``mqtool dump`` reports each on stderr."""
+    """Damage or zeros where segment ``segment``'s records stopped, read past up to ``resumed`` (``Split.resume``) or ending the
+    log (None), as ``mqtool dump`` reports it."""
 
     segment: Hashable
     end: ScanEnd
@@ -265,9 +259,8 @@ class Damage(NamedTuple):
 
 def check_handoffs(results: Iterable[SplitResult], resume: Callable[[SplitResult, int], int | None] | None = None,
                    ends: dict[Hashable, int] | None = None) -> list[Rejected]:
-    """The splits whose first record is not where the chain of the splits before it ends, per segment from its ``chain_start``
-    (empty splits neither break nor extend it). ``resume(split, chain_end)``: where the records go on past damage the broker never
-    reads (``Split.resume``). ``ends`` receives where each segment's chain ends."""
+    """The splits whose first record is not where the chain before it ends (per segment from ``chain_start``); ``resume``: where
+    it goes on past damage (``Split.resume``); ``ends`` receives each segment's chain end."""
     by_segment: dict[Hashable, list[SplitResult]] = {}
     for r in results:
         by_segment.setdefault(r.segment, []).append(r)
@@ -293,9 +286,8 @@ def check_handoffs(results: Iterable[SplitResult], resume: Callable[[SplitResult
 
 def check_splits(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], Split], damage: list[Damage] | None = None,
                  skipped: Mapping[tuple[Hashable, int], Sequence[tuple[int, int]]] | None = None) -> list[Rejected]:
-    """The splits whose records are not the log ``mqtool dump`` reads (``check_handoffs``, ``cut_logs``); ``splits``: each
-    result's split by ``(segment, start)``. ``damage`` receives, in offset order, what ``dump`` reports on stderr: ranges read
-    past (``skipped``) and the damage the log ends at."""
+    """The splits whose records are not the log ``mqtool dump`` reads (``check_handoffs``, ``cut_logs``; ``splits`` by ``(segment,
+    start)``); ``damage`` receives what ``dump`` reports on stderr, in offset order."""
     results = list(results)
     ends: dict[Hashable, int] = {}
     found: list[Damage] = []
@@ -328,9 +320,8 @@ def check_splits(results: Iterable[SplitResult], splits: dict[tuple[Hashable, in
 
 
 def _joined(damage: list[Damage], entry_files: set[Hashable]) -> list[Damage]:
-    """Ranges read past one after the other as one (damage running over a segment's end into the next), but in DLedger data
-    files (``entry_files``), where ``mqtool dump`` reads past one entry, or up to the end of a file, at a time
-    (``dledgerstart.walk_resume``) and reports each."""
+    """Ranges read past one after another joined, except in DLedger data files (``entry_files``), where ``mqtool dump`` reports
+    each (``dledgerstart.walk_resume``)."""
     joined: list[Damage] = []
     for d in damage:
         last = joined[-1] if joined else None
@@ -344,9 +335,8 @@ def _joined(damage: list[Damage], entry_files: set[Hashable]) -> list[Damage]:
 
 def cut_logs(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], Split], ends: dict[Hashable, int],
              rejected: Iterable[Rejected], damage: list[Damage] | None = None) -> list[Rejected]:
-    """The splits past where each log ends: the first segment whose chain (``ends``) stops at damage or zeros before the last
-    segment ends the log unless the read goes past them (``Split.reads_past``), as the broker's recovery cuts it (DLedger:
-    reference §15). ``damage`` receives where the log ends at damage and the damage read past to the next segment."""
+    """The splits past where each log ends: at the first segment whose chain stops at damage or zeros before the last, unless read
+    past (``Split.reads_past``), as the broker's recovery cuts it; ``damage`` receives that end and the damage read past."""
     done = {(r.segment, r.start) for r in rejected}
     by_log: dict[Hashable, dict[Hashable, list[SplitResult]]] = {}
     for r in results:

@@ -1,6 +1,6 @@
-"""Where the broker's commit log recovery starts scanning (reference §8.4, §8.5): abnormal, the newest segment whose first record
-passes ``isMappedFileMatchedRecover``, else 0; normal, the third-from-last (4.0-5.3.1) or, 5.3.2+, the newest named at or below
-the consume queues' max physical offset. Segments before the start are never validated."""
+"""Where the broker's commit log recovery starts (reference §8.4, §8.5): abnormal, the newest segment passing
+``isMappedFileMatchedRecover``; normal, the third-from-last or 5.3.2+ by the queues' max offset. Earlier segments are never
+validated."""
 
 from __future__ import annotations
 
@@ -76,9 +76,8 @@ def max_queue_phys_offset(store: Store) -> int:
 
 
 def log_recovery_mode(store: Store, rules: VersionRules, mode: str | None = None) -> str:
-    """How the classic commit log is recovered: ``mode`` (default by the abort file), but normal where a 4.5.0-5.1.4 DLedger
-    broker loads it with no DLedger data file (``DLedgerCommitLog.recover``: "No need the abnormal recover"; 5.2.0+ abnormal,
-    §8.4)."""
+    """How the classic commit log is recovered: ``mode`` (by the abort file), but normal where a 4.5.0-5.1.4 DLedger broker loads
+    it without DLedger data ("No need the abnormal recover"; §8.4)."""
     mode = mode or ("abnormal" if store.abort_present else "normal")
     return "normal" if mode == "abnormal" and store.is_dledger and not rules.dledger_abnormal_redispatch else mode
 

@@ -1,6 +1,5 @@
-"""``Store.open``: a broker store directory (or one commit log folder or segment), read-only (layout: reference §1.1; sizes from
-``--broker-config``, else the files). Files ``MappedFileQueue.load`` would refuse or skip (rules §2.13, ``STRAY_ENTRY``) are left
-out of the segments and kept in ``Store.problems``: findings for ``verify``, notes elsewhere."""
+"""``Store.open``: a broker store directory, commit log folder or segment, read-only (reference §1.1). Files
+``MappedFileQueue.load`` would refuse or skip (rules §2.13) are left out and kept in ``Store.problems``."""
 
 from __future__ import annotations
 
@@ -127,9 +126,8 @@ def stray_refused_why(entry: StrayEntry, file_size: int | None, loader: str = MA
 
 def stray_text(effects: dict[str, list[Era]], entry: StrayEntry, file_size: int | None, noun: str, loader: str = MAPPED_FILE_QUEUE,
                later: int = 0) -> str:
-    """What each era does with a stray entry (``stray_effects``), in words, ``noun`` the folder's files; ``later``: how many
-    index files sort after an entry of ``index/`` (``index.index_strays``), which ``IndexService.load``'s ``IOException``
-    leaves out where ``DefaultMessageStore.load`` ignores its false (3.2.6-5.0.0: ``mappedfile.load_effect``)."""
+    """What each era does with a stray entry (``stray_effects``), in words, ``noun`` the folder's files; ``later``: index files
+    after an ``index/`` entry, which ``IndexService.load`` leaves out (3.2.6-5.0.0)."""
     from .version import eras_label
 
     left_out = (f"stops IndexService.load there (IOException) and starts without the {later} index file{'s' * (later != 1)} after it: its queries by "
@@ -174,9 +172,8 @@ class ConfigDocument:
 
     @property
     def bak_unusable(self) -> str | None:
-        """Why ``ConfigManager.loadBak`` returns false, or None: the file was passed over and ``file2String`` or ``decode`` throws
-        on its ``.bak``; a missing, empty or null-read ``.bak`` (``nulls``), or one without the table (``cfgfmt.absent``), loads
-        as an empty table."""
+        """Why ``ConfigManager.loadBak`` returns false (``file2String`` or ``decode`` throws on the ``.bak`` of a passed-over
+        file), or None: a missing, empty, null-read or tableless ``.bak`` loads as an empty table."""
         absent, bak = cfgfmt.absent(self.name), f"config/{self.name}.bak"
         why = self.problems.get(bak, MISSING)
         if (self.doc is not None or self.problems.get(f"config/{self.name}") == absent
@@ -278,9 +275,8 @@ class Store:
 
     @classmethod
     def _open_dledger(cls, layout: DLedgerLayout, root: Path, config: StoreConfig, version: str | None) -> "Store":
-        """A DLedger store (§15): entry files, after a mixed store's classic segments (§15.5), whose left-out files
-        and entries stay ``problems``: ``DLedgerCommitLog.load`` is ``super.load()`` (4.5.0-5.3.3), the classic
-        ``MappedFileQueue.load`` of ``commitlog/`` with its rules (§2.13)."""
+        """A DLedger store (§15): entry files after a mixed store's classic segments (§15.5), loaded by ``super.load()``'s
+        ``MappedFileQueue.load`` rules (§2.13, 4.5.0-5.3.3), left-out files kept in ``problems``."""
         classic = cls._open_commitlog_dirs(config.commitlog_dirs or (root / "commitlog",), root, config, version) if (root / "commitlog").is_dir() else None
         segments = classic.commitlog.segments if classic else []
         from . import dledger
@@ -297,9 +293,8 @@ class Store:
 
     @cached_property
     def dledger_strays(self) -> list[tuple[StrayEntry, int | None, bool]]:
-        """``(entry, the folder's file size, True)`` of each entry of a DLedger member's ``data/`` and ``index/`` that is no
-        file of it (``mappedfile.stray_entries``), which DLedger's ``MmapFileList.load`` lists like the 4.5.0
-        ``MappedFileQueue.load`` (``load_effect``'s ``MMAP_FILE_LIST``): verify's ``dledger-stray-entry``."""
+        """``(entry, file size, True)`` of each entry of DLedger's ``data/`` and ``index/`` that is no file of it, which
+        ``MmapFileList.load`` refuses (``MMAP_FILE_LIST``; verify's ``dledger-stray-entry``)."""
         layout = getattr(self.commitlog, "layout", None) if self.is_dledger else None
         if layout is None:
             return []
@@ -395,9 +390,8 @@ class Store:
             self.__dict__["version_guess"] = guess
 
     def assume_eras(self, eras) -> None:
-        """Read the store as written in one of ``eras``: those an earlier reading of it left (repair's
-        stages after the recovery, whose removed abort file may have been what told some eras apart).
-        The planners still plan under each era left (``recovery.candidates``)."""
+        """Read the store as written in one of ``eras`` (those an earlier reading left: repair's later stages); the planners still
+        plan under each (``recovery.candidates``)."""
         guess = self.version_guess
         if guess.given:
             return
@@ -484,9 +478,8 @@ class Store:
 
     @property
     def multi_dispatch(self) -> bool:
-        """Whether the broker writes LMQ entries for records carrying ``INNER_MULTI_DISPATCH`` (reference §3.6):
-        as ``--broker-config``'s ``enableMultiDispatch`` says (off where it leaves it out, ``MessageStoreConfig``'s default),
-        else yes: the broker adds the ``INNER_MULTI_QUEUE_OFFSET`` those entries need only when the feature is on, so the records decide."""
+        """Whether the broker writes LMQ entries (reference §3.6): as ``--broker-config``'s ``enableMultiDispatch`` says, else yes
+        (the records carry ``INNER_MULTI_QUEUE_OFFSET`` only when it is on)."""
         return True if self.config.enable_multi_dispatch is None else self.config.enable_multi_dispatch
 
     @cached_property
@@ -500,9 +493,8 @@ class Store:
 
     @property
     def no_properties_npe(self) -> bool | None:
-        """Whether this store's broker throws on a record without properties (rules §3.12 "NPE in 4.9.3 only",
-        ``formats.dispatch.NoPropertiesThrows``): True for a given 4.9.3 with multi-dispatch on (``multi_dispatch_on``);
-        None where the era E12 (4.9.3-4.9.8) is all the store tells of it (detected, or one of the eras left); else False."""
+        """Whether the broker throws on a record without properties (rules §3.12, ``NoPropertiesThrows``): True for 4.9.3 with
+        multi-dispatch on, None where only era E12 is known, else False."""
         guess = self.version_guess
         if not self.multi_dispatch_on:
             return False
@@ -538,9 +530,8 @@ class Store:
 
     @cached_property
     def timer_log_listing(self) -> "TimerLogListing | None":
-        """``timerlog/`` as ``TimerLog.load``'s ``MappedFileQueue.load`` lists it (``timer.TimerLogListing``): its files of
-        another length than broker.conf's ``mappedFileSizeTimerLog`` (or the files') and its entries that are no timer log
-        file, for verify and ``nextstart.timer_refusal``."""
+        """``timerlog/`` as ``TimerLog.load`` lists it (``timer.TimerLogListing``): wrong-length files and stray entries, for
+        verify and ``nextstart.timer_refusal``."""
         from .timer import TimerLogListing
 
         return TimerLogListing.of(self.path("timerlog"), self.config.timer_log_file_size) if self.root is not None else None
@@ -586,9 +577,8 @@ class Store:
         return self.abort is not None
 
     def load_config(self, name: str, by_chars: bool | None = None, without: frozenset[str] = frozenset()) -> "ConfigDocument":
-        """``load_config``'s document of this store's ``config/``, each file parsed once for as long as its bytes stay the same
-        (the bytes read are the key: a Store that outlives a rewrite, ``restore-config``, ``repair``, ``restore``, reads the new
-        content). ``by_chars`` None: as the store's release reads it (``Store.rules``); ``without``: with ``moved_out`` too."""
+        """``load_config`` on this store's ``config/``, each file parsed once per content (keyed by its bytes); ``by_chars`` None:
+        as the store's release reads it; ``without``: with ``moved_out`` too."""
         by_chars = self.rules.reads_config_by_chars if by_chars is None else by_chars
         return load_config(self.root, name, self._config_parses, by_chars, without | self.moved_out)
 
@@ -605,10 +595,8 @@ def abort_unwritable(path: Path, what: str | None) -> bool:
 
 def load_config(root: Path | None, name: str, parses: dict[str, tuple] | None = None, by_chars: bool = False,
                 without: frozenset[str] = frozenset()) -> ConfigDocument:
-    """A ``config/*.json`` file as ``ConfigManager.load`` reads it: the file, else its ``.bak`` when it is missing, a directory,
-    unreadable, empty or undecodable (fastjson's leniencies). ``parses``: a cache across calls. ``by_chars``: 3.2.6/4.0.0's
-    ``file2String`` (rules 7.4, ``ConfigDocument.nulls``). ``without``: files read as missing, as once ``repair`` moved them
-    out."""
+    """A ``config/*.json`` file as ``ConfigManager.load`` reads it: else its ``.bak`` (missing, directory, unreadable, empty,
+    undecodable); ``parses``: a cache; ``by_chars``: 3.2.6/4.0.0's ``file2String`` (rules 7.4); ``without``: read as missing."""
     parses = {} if parses is None else parses
     problems, nulls = {}, []
     for candidate in (name, name + ".bak"):

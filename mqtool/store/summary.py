@@ -42,9 +42,8 @@ def logical_end(store: Store, start: int, stop: int | None = None) -> tuple[int,
 
 
 def compiled_end(store: Store, start: int, workers: int | None = None, stop: int | None = None) -> tuple[int, ScanEnd]:
-    """``logical_end``'s compiled walk from ``start``: (valid records, end). The chain leaves a segment only at a blank (§8.3), so
-    segments and stretches (``walk_splits``) are walked ``workers`` at a time; one whose walk does not reach the next's start is
-    walked again alone."""
+    """``logical_end``'s compiled walk from ``start``: (valid records, end). Segments and stretches (``walk_splits``) are walked
+    ``workers`` at a time (a chain leaves a segment only at a blank, §8.3); one not reaching the next's start is walked again."""
     from concurrent.futures import ThreadPoolExecutor
 
     from .fastscan import FastScan  # the compiled walk and numpy: only for a big commit log, or an end at damage
@@ -111,9 +110,8 @@ def walk_splits(commitlog, begin: int, until: int) -> list[int]:
 
 
 def commitlog_summary(store: Store, start: int | None = None) -> dict[str, Any]:
-    """The commit log and its logical end, scanned from ``start`` (the broker's recovery start,
-    ``store.startfile``, when the caller has it; else the third-from-last segment); of DLedger data,
-    DLedger's entry walk from the file it starts at (``dledgerstart.data_recovery``)."""
+    """The commit log and its logical end scanned from ``start`` (else the third-from-last segment); DLedger data: the entry walk
+    (``dledgerstart.data_recovery``)."""
     segments = store.commitlog.segments
     if start is None:
         start = segments[max(0, len(segments) - 3)].base_offset if segments else 0

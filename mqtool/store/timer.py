@@ -1,6 +1,5 @@
-"""The 5.x timer store, read-only (reference §9): ``timerlog/`` (52-byte units), ``timerwheel`` (32-byte slots),
-``config/timercheck``. ``TimerLog.walk`` reads units as ``recoverAndRevise``; ``TimerLogListing`` is what its
-``MappedFileQueue.load`` lists, whose false fails the start (5.0.0-5.3.3)."""
+"""The 5.x timer store, read-only (reference §9): ``timerlog/``, ``timerwheel``, ``config/timercheck``; ``TimerLog.walk`` reads as
+``recoverAndRevise``, ``TimerLogListing`` is what its ``MappedFileQueue.load`` lists (5.0.0-5.3.3)."""
 
 from __future__ import annotations
 
@@ -113,26 +112,23 @@ def _file_holding(bases: list[int], offset: int) -> int:
 
 @dataclass(frozen=True)
 class RecoveredWheel:
-    """The wheel's read slots (``WheelSlot.is_read``) as ``TimerMessageStore.recover`` (5.0.0-5.3.3) leaves them: ``own``, each
-    slot's units in log order; ``last_pos``, its ``lastPos`` then; ``read_from``, the first slot time the broker's
-    ``dequeue`` reads (timercheck's ``lastReadTimeMs`` over the precision: the slots before it were read already)."""
+    """The wheel's read slots as ``TimerMessageStore.recover`` leaves them: ``own`` (each slot's units), ``last_pos``, and
+    ``read_from``, the first slot time ``dequeue`` reads (``lastReadTimeMs``)."""
 
     own: dict[int, list[int]]
     last_pos: dict[int, int]
     read_from: int
 
     def reads(self, slot: fmt.WheelSlot) -> bool:
-        """Whether the broker's ``dequeue`` is still to read ``slot``: its time is ``read_from`` or later (``recover`` starts
-        ``currReadTimeMs`` at timercheck's ``lastReadTimeMs`` or later and ``moveReadTime`` only moves it on). Damage in a slot
-        read already is damage the broker never reads (verify's info, nothing for repair to clear or relink)."""
+        """Whether ``dequeue`` is still to read ``slot`` (time at or after ``read_from``); damage in a slot read already is never
+        read."""
         return slot.time_slot >= self.read_from
 
 
 def recovered_wheel(slots: list[fmt.WheelSlot], units: dict[int, tuple[int, int]], end: int, bases: list[int],
                     check: fmt.TimerCheck | None, file_size: int | None) -> RecoveredWheel:
-    """``slots`` after ``recover`` on a timer log of ``units`` ending at ``end``: ``recoverAndRevise`` sets each walked unit's
-    slot ``lastPos`` (``TimerWheel.reviseSlot``) from ``first_pass_start``; ``checkPhyPos`` walks again from the least stale
-    ``firstPos``."""
+    """``slots`` after ``recover`` on ``units`` ending at ``end``: ``recoverAndRevise`` revises each walked unit's slot
+    ``lastPos`` from ``first_pass_start``; ``checkPhyPos`` walks again from the least stale ``firstPos``."""
     first_pass = first_pass_start(bases, check, file_size)
     shown = Counter(units[s.last_pos][0] // s.time_slot for s in slots if s.last_pos in units and s.time_slot > 0)
     precision = shown.most_common(1)[0][0] if shown else fmt.DEFAULT_PRECISION_MS
@@ -153,9 +149,8 @@ def recovered_wheel(slots: list[fmt.WheelSlot], units: dict[int, tuple[int, int]
 
 
 def chain_break(last_pos: int, units: dict[int, tuple[int, int]], start: int) -> tuple[int | None, int] | None:
-    """Where ``TimerMessageStore.dequeue``, walking a slot back from ``last_pos`` by ``prevPos``, reads a position where no unit
-    starts, as ``(the unit naming it, None: the slot, position)``; None where the walk ends (-1, or before the first file at
-    ``start``)."""
+    """Where ``dequeue``, walking a slot back from ``last_pos`` by ``prevPos``, reads a position where no unit starts, as ``(the
+    unit naming it, None: the slot, position)``; None where the walk ends."""
     seen: set[int] = set()
     holder, pos = None, last_pos
     while pos != -1 and pos >= start:
@@ -179,18 +174,16 @@ def cut_at(path: Path) -> int | None:
 
 
 def lone_file_size(path: Path, size: int) -> int:
-    """The size of ``timerlog/``'s only file when no broker.conf tells it: its own, unless its bytes show a cut
-    (``cut_at``) and its name (an offset) is a multiple of ``mappedFileSizeTimerLog``'s default, the broker's unless
-    broker.conf sets another: then that default."""
+    """The size of ``timerlog/``'s only file without broker.conf: its own, or the default ``mappedFileSizeTimerLog`` where its
+    bytes show a cut (``cut_at``) and its name is a multiple of it."""
     default = fmt.DEFAULT_LOG_FILE_SIZE
     return default if size < default and int(path.name) % default == 0 and cut_at(path) is not None else size
 
 
 @dataclass(frozen=True)
 class TimerLogListing:
-    """``timerlog/`` as ``TimerLog.load``'s ``MappedFileQueue.load`` lists it: ``file_size`` (``size_from``: "config", "others",
-    "default"), files of another length (``timer-file-size``) and stray entries (``timer-stray-entry``), both
-    ``nextstart.timer_refusal``'s."""
+    """``timerlog/`` as ``TimerLog.load`` lists it: ``file_size`` (``size_from``), files of another length (``timer-file-size``)
+    and stray entries (``timer-stray-entry``), for ``nextstart.timer_refusal``."""
 
     files: list[tuple[int, Path]]
     entries: list[StrayEntry]

@@ -1,6 +1,5 @@
-"""Which broker version wrote a store, from its files' marks (docs/versions.md; rules file "Tier-A eras"), ``--broker-version``
-overriding: each mark leaves a set of eras, a mark leaving none is set aside and said so; several left: ``version`` None and
-``candidates`` one representative per set of planning rules (``rules.PLANNING_RULES``)."""
+"""Which broker version wrote a store, from its files' marks (docs/versions.md) or ``--broker-version``: the eras every mark
+allows; several left: ``version`` None, ``candidates`` one per set of planning rules."""
 
 from __future__ import annotations
 
@@ -41,9 +40,8 @@ def eras_label(eras) -> str:
 
 @dataclass
 class VersionGuess:
-    """The detected (or given) version. ``eras`` are the eras the store's marks allow; ``version``
-    is None when more than one remains, and ``candidates`` then lists a representative of each
-    distinct set of planning rules, newest first (``recovery.candidates.plan_under_candidates``)."""
+    """The detected or given version: ``eras`` the marks allow; ``version`` None when several remain, ``candidates`` then one of
+    each set of planning rules, newest first (``recovery.candidates``)."""
 
     version: BrokerVersion | None
     label: str
@@ -180,9 +178,8 @@ KEYS_ONLY_RECORDS = 8  # records with KEYS but no UNIQ_KEY indexed that make a 3
 
 
 def _index_key_marks(store: "Store", records) -> list[tuple[str, frozenset]]:
-    """Whether the index holds UNIQ_KEY entries (§4.2: 4.0.0+; 3.2.6 KEYS only), judged on the NOT_TYPE records with both whose
-    KEYS are indexed: 3.2.6 only where two or more do and none of the first ``KEYS_ONLY_RECORDS`` has it (zeroed entries, damage
-    seed 900992)."""
+    """Whether the index holds UNIQ_KEY entries (§4.2: 4.0.0+), judged on indexed NOT_TYPE records with both: 3.2.6 only where two
+    or more lack it among the first ``KEYS_ONLY_RECORDS`` (damage seed 900992)."""
     files = _index_files(store)
     if not files:
         return []
@@ -279,9 +276,8 @@ def _record_boundary(commitlog, offset: int) -> bool:
 
 
 def _missing_file_marks(store: "Store") -> list[tuple[str, frozenset]]:
-    """Every 5.x start leaves ``abort.bak`` (``MixAll.string2File``) and the timer store's wheel (§6.3, §8.1):
-    a store with a ``lock`` file but neither is older. Every 5.x start also writes its PID into the abort
-    file: an empty one is older, or was emptied (a cut file), so it weighs no more than a missing file."""
+    """Every 5.x start leaves ``abort.bak`` and the timer wheel (§6.3, §8.1): a store with ``lock`` but neither is older; an empty
+    abort file (5.x writes a PID) weighs no more."""
     root, abort, marks = store.root, store.abort, []
     if abort is not None and not abort.unusable and not abort.device and abort.pid is None and not abort.content.strip():
         marks.append(("the abort file is empty", ALL_ERAS - eras_between("E13", "E18")))

@@ -1,6 +1,5 @@
-"""The plan's commit log walk kept for ``verify_after``, so records are walked and CRC-checked once: ``WalkedChain`` applies
-verify's per-record checks (``segments.check_rows``) to the recovery scan's rows, and ``analyze_segment(walked=...)`` continues
-from there."""
+"""The plan's commit log walk kept for ``verify_after`` (walked and CRC-checked once): verify's per-record checks
+(``segments.check_rows``) on the recovery scan's rows, continued by ``analyze_segment(walked=...)``."""
 
 from __future__ import annotations
 
