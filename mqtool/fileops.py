@@ -1,6 +1,5 @@
-"""Durable file operations for ``mqtool.apply``: every change reaches the disk before the journal says so. Whole files: temporary
-file, fsync, rename (``install``: a copy beside it across file systems); ranges: in place, fsync. Copies keep holes, hard links
-where allowed; a written file takes the store file's owner and mode (``owner_for``)."""
+"""Durable file operations for ``mqtool.apply``, every change on disk before the journal says so: temporary file, fsync, rename
+(``install``); ranges in place, fsync; sparse copies, hard links; the store file's owner and mode (``owner_for``)."""
 
 from __future__ import annotations
 
@@ -48,9 +47,8 @@ fsync_dir = fsync_path
 
 
 def makedirs(path: Path, *, synced: set[Path] | None = None, like_parent: bool = False) -> list[Path]:
-    """``mkdir -p`` that fsyncs the parent of every directory it creates (or, given ``synced``,
-    adds those parents to it for the caller to fsync once); returns them, deepest first.
-    ``like_parent``: each takes its parent's owner and mode (a store folder the broker writes in)."""
+    """``mkdir -p`` fsyncing the parent of every directory it creates (or adding it to ``synced``), returned deepest first;
+    ``like_parent``: each takes its parent's owner and mode."""
     missing, p = [], Path(path)
     while not p.exists():
         missing.append(p)
@@ -97,9 +95,8 @@ def not_a_file(path: Path) -> str | None:
 
 
 def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = None) -> None:
-    """Copy ``src`` to ``dst`` (replacing it), skipping all-zero blocks, then fsync; ``copied`` is
-    told the bytes of each block. A ``special`` file is made anew as one, never opened (as ``rsync
-    --specials --devices``). A copy that fails (a full disk, EIO, Ctrl-C) deletes its part-written ``dst``."""
+    """Copy ``src`` to ``dst`` skipping all-zero blocks, then fsync (``copied`` told each block); a ``special`` file made anew,
+    never opened; a failed copy deletes its part-written ``dst``."""
     st = os.stat(src)
     with deleted_on_failure(dst):
         if special(st.st_mode):
@@ -131,9 +128,8 @@ def owner_of(path: Path) -> Owner:
 
 
 def owner_for(target: Path) -> Owner:
-    """The owner and permission bits of a file written in place of ``target``, so that the broker's
-    user opens it as before: ``target``'s; for a new file, those of the last-named file of its
-    folder; with none there, the folder's owner (bits as created)."""
+    """The owner and mode of a file written in place of ``target`` (so the broker's user opens it): ``target``'s, else the
+    folder's last-named file's, else the folder's owner."""
     with contextlib.suppress(FileNotFoundError):
         return owner_of(target)
     with os.scandir(target.parent) as entries:
@@ -160,9 +156,8 @@ def set_owner(path: Path, owner: Owner | None) -> bool:
 
 
 def install(tmp: Path, target: Path, owner: Owner | None = None) -> None:
-    """Put the fsynced file ``tmp`` in place of ``target``, whole or not at all, with ``owner``: a rename, or across file systems
-    (``EXDEV``) a copy beside it renamed over it. A symlinked ``target`` is kept, the file it names replaced. The caller fsyncs
-    the folder."""
+    """Put the fsynced ``tmp`` in place of ``target``, whole or not at all, with ``owner``: a rename, or across file systems a
+    copy beside it renamed over it; a symlinked ``target`` kept, its file replaced. The caller fsyncs the folder."""
     if set_owner(tmp, owner):
         fsync_path(tmp)
     linked = os.path.islink(target) and os.path.isfile(target)
@@ -189,9 +184,8 @@ def _raise(error: OSError) -> None:
 
 
 def copy_entry(src: Path, dst: Path) -> None:
-    """Copy a directory tree or symlink as it is (symlinks as symlinks, ``special`` files as such; owners,
-    modes and mtimes kept), fsynced, written as ``beside(dst)`` and renamed to ``dst``: once ``dst`` exists
-    it is whole. A copy that fails (a full disk, Ctrl-C) stops there, and its part is deleted."""
+    """Copy a directory tree or symlink as it is (owners, modes, mtimes kept), fsynced, as ``beside(dst)`` renamed to ``dst``, so
+    a ``dst`` is whole; a failed copy's part is deleted."""
     part = beside(dst)
     remove_entry(part)  # what a killed copy left
     made = []  # each folder before what it holds

@@ -1,6 +1,5 @@
-"""Bounded, in-order hand-offs between a command's thread and one helper thread (the kernels release the GIL): ``Stage`` consumes
-(verify's cross-checks), ``produced_in_thread`` produces (the recovery dispatch); at most ``depth`` items wait, and a helper's
-exception is raised again in the caller."""
+"""Bounded, in-order hand-offs between a command's thread and one helper (the kernels release the GIL): ``Stage`` consumes,
+``produced_in_thread`` produces; at most ``depth`` items wait, a helper's exception raised in the caller."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Every private API of mqtool's dependencies mqtool relies on, each guarded with a fallback (BENCHMARKS.md, "Start-up and
-lookups"): ``arrow_compute`` (``pyarrow._compute``), ``typer_conversion`` (typer's pydantic-free helpers), ``click_exceptions``
-(``typer._click``), ``exit_steps`` (``threading._shutdown``, ``atexit._run_exitfuncs``, for ``cli/shutdown.py``'s
-``os._exit``)."""
+"""Every private API of mqtool's dependencies, each guarded with a fallback (BENCHMARKS.md): ``arrow_compute``,
+``typer_conversion``, ``click_exceptions``, ``exit_steps`` (for ``cli/shutdown.py``'s ``os._exit``)."""
 
 from __future__ import annotations
 

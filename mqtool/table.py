@@ -1,6 +1,5 @@
-"""Tables that never lie, laid out to the terminal width without cutting a number or an id (issue #11 §3): text wraps at spaces
-only; optional columns are dropped (noted on stderr), then a ``fold`` column is broken, then rows print as vertical records (as
-``psql \\x``). Widths are terminal cells (CJK: two); control codes and newlines are written escaped."""
+"""Tables that never lie, fit to the terminal without cutting a number or an id (issue #11 §3): wrapped at spaces, optional
+columns dropped (said on stderr), ``fold`` columns broken, else vertical records (``psql \\x``); widths in terminal cells."""
 
 from __future__ import annotations
 
@@ -126,9 +125,8 @@ class Layout:
 
 
 class Table:
-    """A title, named columns and rows of strings; ``optional`` names the columns that may be
-    dropped to fit, least important first; ``fold`` those whose long words may be broken across
-    lines rather than turn the table into vertical records; ``header=False`` for a key/value table."""
+    """A title, columns and rows of strings; ``optional``: columns that may be dropped, least important first; ``fold``: whose
+    long words may be broken; ``header=False``: a key/value table."""
 
     def __init__(self, columns: Sequence[str], *, title: str | None = None, optional: Sequence[str] = (), fold: Sequence[str] = (), header: bool = True):
         self.names = list(columns)
@@ -159,9 +157,8 @@ class Table:
         return natural, minimum
 
     def _surely_vertical(self, width: int) -> bool:
-        """Whether the columns no layout drops cannot fit ``width`` even at their header words'
-        widths (each cell is at least as wide; the last column at least ``MIN_LAST`` when it is
-        capped): the table goes vertical whatever its cells, so they are not measured."""
+        """Whether the columns no layout drops cannot fit ``width`` even at their header words' widths: the table goes vertical
+        whatever its cells, left unmeasured."""
         if not self.header:
             return False
         words = [longest_word(n) for n in self.names if n not in self.optional]

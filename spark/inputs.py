@@ -124,9 +124,8 @@ def resolve_inputs(paths: Sequence[str | Path], broker_names: Sequence[str] | No
 
 
 def next_start_scan(store: Store) -> int | None:
-    """Where the broker's next start scans from (``store.nextstart``), before which ``mqtool dump``
-    reads past damage and zeros (``cli.common.read_on``); None for a commit log without its store
-    (segment files, a commitlog folder) or a DLedger one, whose reads stop there."""
+    """Where the broker's next start scans from (``store.nextstart``), before which ``dump`` reads past damage
+    (``cli.common.read_on``); None without a store or for DLedger."""
     if store.root is None or store.is_dledger or not store.commitlog.segments:
         return None
     from ..store.nextstart import scan_start_offset

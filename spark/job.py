@@ -183,9 +183,8 @@ class Scan:
 
 
 def msg_id_past_end(msg_id: str, inputs: Sequence[BrokerInput], config: StoreConfig) -> dict[str, str]:
-    """Per broker whose record at ``--msg-id``'s offset has that msg id but lies past the end its next start
-    gives the log (``nextstart.end_before``: the restarted broker serves nothing there), ``mqtool dump --msg-id``'s
-    words for it: that split's rows are dropped, as ``dump`` prints no such record."""
+    """Per broker whose ``--msg-id`` record lies past its next start's end (``nextstart.end_before``), ``mqtool dump --msg-id``'s
+    words for it; that split's rows are dropped."""
     from ..store.lookup import past_end_error, read_message
     from ..store.nextstart import end_before
 
@@ -314,9 +313,8 @@ class Output:
 
 
 def run_messages(scan: Scan, out: Output) -> dict:
-    """``messages``: written by the tasks themselves (``--writer``, default: Parquet to a path, in a
-    codec pyarrow has), else by Spark's writer, which turns the Arrow batches into rows and encodes
-    them again in the JVM at more CPU than decoding them costs (BENCHMARKS.md)."""
+    """``messages``: written by the tasks (``--writer``; default Parquet to a path in a codec pyarrow has), else by Spark's
+    writer, which costs more CPU (BENCHMARKS.md)."""
     if scan.o.writer == "python" and not out.pyarrow_writes:
         raise UsageError(f"--writer python: needs --format parquet, an output path (a mount every executor shares; not a URI) and a "
                          f"codec pyarrow writes (spark.sql.parquet.compression.codec={out.codec_name})")
@@ -450,9 +448,8 @@ FINDING_COLUMNS = tuple((name, "bigint" if name == "offset" else "string") for n
 
 
 def run_verify(scan: Scan, out: Output) -> dict:
-    """``mqtool verify``'s commit log check of each broker: its per-file walk (``analyze_segment``, or a
-    DLedger log's ``analyze_data_file``) of every segment in a Spark task (one per segment), stitched on
-    the driver by the same ``CommitLogCheck`` (``DLedgerLogCheck``)."""
+    """``mqtool verify``'s commit log check per broker: each segment walked in a Spark task (``analyze_segment``,
+    ``analyze_data_file``), stitched on the driver by ``CommitLogCheck`` (``DLedgerLogCheck``)."""
     from ..verify.commitlog import CommitLogCheck
     from ..store.nextstart import next_start, scan_start_offset
 
@@ -492,9 +489,7 @@ def run_verify(scan: Scan, out: Output) -> dict:
 
 
 def print_table(title: str, rows: list[dict], columns: Sequence[str], *, optional: Sequence[str] = ()) -> None:
-    """``rows`` as ``mqtool``'s tables are laid out (``mqtool.table``: headings wrap at their
-    underscores, ``optional`` columns dropped to fit the terminal, least important first, with a
-    line on stderr; else one vertical record per row), at most ``PRINT_ROWS`` of them."""
+    """``rows`` laid out as ``mqtool``'s tables (``mqtool.table``), at most ``PRINT_ROWS`` of them."""
     width = shutil.get_terminal_size().columns  # COLUMNS, else the terminal, else 80
     heading = {c: c.replace("_", " ") for c in columns}
     table = Table([heading[c] for c in columns], title=title, optional=[heading[c] for c in optional])
@@ -537,9 +532,8 @@ def report(scan: Scan, out: Output, mode: str, result: dict, elapsed: float) -> 
 
 
 def damage_lines(scan: Scan) -> list[tuple[Damage, str]]:
-    """Each damaged (or unwritten) range the read skipped and the damage a log stops at, with the line
-    ``mqtool dump`` prints for it on stderr (the output lacks the records that lie there). A range
-    whose records resume only at or past ``--to-offset`` ends the read there, as in ``dump``."""
+    """Each range the read skipped and the damage a log stops at, with ``mqtool dump``'s stderr line for it; a range resuming at
+    or past ``--to-offset`` ends the read there."""
     inputs = {b.broker: b for b in scan.inputs}
     lines = []
     for d in scan.damage:
@@ -671,9 +665,8 @@ def prepare_args(args) -> tuple[JobOptions, list[BrokerInput]] | int:
 
 
 def main(args, prepared: tuple[JobOptions, list[BrokerInput]] | None = None) -> int:
-    """Run from parsed arguments (``prepared``: ``prepare_args``'s result, when the script checked
-    them before starting the JVM); every failure is one line on stderr and a documented exit code
-    (2 usage, 3 bad input, 5 Spark or internal failure; verify: 1 when it found problems)."""
+    """Run from parsed arguments (``prepared``: ``prepare_args``'s result); every failure is one stderr line and a documented exit
+    code (2 usage, 3 bad input, 5 Spark or internal; verify: 1 on findings)."""
     prepared = prepare_args(args) if prepared is None else prepared
     if isinstance(prepared, int):
         return prepared

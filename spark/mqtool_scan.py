@@ -59,9 +59,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def set_log_level(*, verbose: bool) -> None:
-    """Spark logs at WARN unless ``verbose``: under spark-submit SparkSubmit has reset Spark's logging, so it is initialised here
-    and log4j2.properties loaded over it (``_load_log_config``); a user's ``spark.log.level`` or log4j2 configuration is left
-    alone."""
+    """Spark logs at WARN unless ``verbose``: under spark-submit its logging is initialised here and log4j2.properties loaded over
+    it (``_load_log_config``); a user's own level or configuration is left alone."""
     import os
 
     from pyspark import SparkContext

@@ -1,6 +1,5 @@
-"""``spark.read.format("rocketmq")`` (PySpark 4 Python Data Source API; register ``RocketMQDataSource``): RocketMQ commit logs as
-a DataFrame by the compiled walk, options in docs/spark.md, rows tagged for the handoff check (``split_start``,
-``split_edge``)."""
+"""``spark.read.format("rocketmq")`` (PySpark 4 Python Data Source API, ``RocketMQDataSource``): commit logs as a DataFrame by the
+compiled walk (options: docs/spark.md), rows tagged for the handoff check."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The compiled half of dispatch (``_fastdispatch.pyx``): per record, fixed fields, properties (§2.8), tags code (§3.4, §3.5) and
-index key hashes (§6.4-§6.5, ``finish_keys``). What it cannot decide exactly sets ``FLAG_FALLBACK`` for
-``formats.dispatch.dispatch_request`` (tests hold the two equal)."""
+"""The compiled half of dispatch (``_fastdispatch.pyx``): per record fixed fields, properties (§2.8), tags code (§3.4, §3.5) and
+key hashes (§6.4-§6.5); ``FLAG_FALLBACK`` for what ``formats.dispatch.dispatch_request`` must decide (tests hold them equal)."""
 
 from __future__ import annotations
 

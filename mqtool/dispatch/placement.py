@@ -1,6 +1,5 @@
-"""The broker's placement rules, pure and compiled (``_placement.pyx``): a consume queue unit's place (``putMessagePositionInfo``,
-reference §5.10) and a key's index slot and entry (``IndexFile.putKey``, §6.5-§6.6); the planner simulates with them and
-``mqtool/apply/writers.py`` writes what they place."""
+"""The broker's placement rules, compiled (``_placement.pyx``): a consume queue unit's place (``putMessagePositionInfo``,
+reference §5.10) and a key's index slot and entry (``IndexFile.putKey``, §6.5-§6.6), for the planner and ``apply/writers.py``."""
 
 from __future__ import annotations
 
@@ -32,10 +31,9 @@ class QueueState:
 
 
 class IndexPlacement:
-    """``IndexService.buildIndex``/``IndexFile.putKey`` (§6.5-§6.8) writing nothing: each record's file, rolling when full (rules
-    §4.2); ``results``: each file's header before and after. ``previous`` seeds a new file's header, ``append_to`` continues one;
-    new names follow the record's store time, after ``after_name``, not in ``taken_names``; ``names``: the first files'
-    (``recovery.rebuild``)."""
+    """``IndexService.buildIndex``/``IndexFile.putKey`` (§6.5-§6.8, rules §4.2) writing nothing; ``results``: each file's header
+    before and after. ``previous``, ``append_to``, ``after_name``, ``taken_names``, ``names`` (``recovery.rebuild``): the files it
+    continues or names."""
 
     dry = True  # ``index_records`` only counts: no slot table (``hash_slot_count`` stays as seeded), no entries
 
@@ -94,9 +92,8 @@ class IndexPlacement:
         return ixfmt.IndexHeader(*(int(v) for v in self.hdr[:6]))
 
     def put_batch(self, phys, store_ts, indexable, key_start, key_count, keys) -> None:
-        """Dispatch a run of records (commit log order): keys ``keys[key_start[i]:+key_count[i]]``.
-        The columns are made contiguous (a batch's row-major fields give strided ones, a spilled
-        batch contiguous ones), as ``index_records`` takes them."""
+        """Dispatch a run of records in commit log order, keys ``keys[key_start[i]:+key_count[i]]``, the columns made contiguous
+        for ``index_records``."""
         phys, store_ts, key_start, key_count = (np.ascontiguousarray(a, dtype=np.int64) for a in (phys, store_ts, key_start, key_count))
         indexable, keys = np.ascontiguousarray(indexable, dtype=np.bool_).view(np.uint8), np.ascontiguousarray(keys, dtype=np.int64)
         rec, key = 0, 0

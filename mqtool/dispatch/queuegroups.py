@@ -1,6 +1,5 @@
-"""A dispatch batch's consume queue rows grouped by ``(topic, QUEUEID)`` once per batch (``group_queues``, compiled): a stable
-sort of NOT_TYPE/COMMIT rows (reference §3.2), the four columns ``putMessagePositionInfo`` reads, counts, the index mask (§6.5)
-and ``dest`` (-1: not queued) so an apply regroups while unpacking a spill."""
+"""A dispatch batch's NOT_TYPE/COMMIT rows grouped by ``(topic, QUEUEID)`` once (``group_queues``, reference §3.2): the columns
+``putMessagePositionInfo`` reads, counts, the index mask (§6.5) and ``dest``, so an apply regroups while unpacking a spill."""
 
 from __future__ import annotations
 

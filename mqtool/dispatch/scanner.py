@@ -1,6 +1,5 @@
-"""Dispatch a range of the commit log a segment batch at a time: what the consume queue and index dispatchers receive per record
-(reference §3.2-§3.5, §6.5). Disciplines: ``recovery`` (§8.3: CRC, first invalid record ends it), ``reput`` (``doReput``, §8.12:
-no CRC, skips to the next segment) and ``served`` (as reput, resuming where the log does: ``CommitLog.resume_after_damage``)."""
+"""Dispatch a range of the commit log a segment batch at a time (reference §3.2-§3.5, §6.5): ``recovery`` (§8.3: CRC, first
+invalid record ends it), ``reput`` (``doReput``, §8.12) or ``served`` (resuming as ``CommitLog.resume_after_damage``)."""
 
 from __future__ import annotations
 
@@ -41,9 +40,8 @@ def _partial_keys(keys: list[str]) -> np.ndarray:
 
 
 class TopicTable:
-    """Topic ids for topic byte strings; two byte strings that decode to the same Java string
-    (malformed UTF-8 replaced by U+FFFD) share an id, as they share a queue in the broker.
-    ``state[id]`` is the unsigned Java hash state of ``topic + "#"`` (index keys start with it)."""
+    """Topic ids for topic byte strings, shared by those decoding to the same Java string (as their queue in the broker);
+    ``state[id]``: the unsigned Java hash state of ``topic + "#"``."""
 
     def __init__(self):
         self.names: list[str] = []
@@ -186,9 +184,8 @@ class _Accumulator:
 
 @dataclass
 class DispatchScanner:
-    """Iterate ``DispatchBatch`` es over ``[start, stop)``, then ``end`` says where and why it stopped; walked and dispatched in
-    sub-batches of ``SUB_BATCH`` records, handed out in ``BATCH`` es. ``last_valid_offset``: the broker's
-    ``lastValidMsgPhyOffset`` (-1)."""
+    """``DispatchBatch`` es over ``[start, stop)`` (``SUB_BATCH`` records dispatched at a time, ``BATCH`` es handed out), then
+    ``end``; ``last_valid_offset``: the broker's ``lastValidMsgPhyOffset`` (-1)."""
 
     SUB_BATCH = 2048
     BATCH = 1 << 15
@@ -230,9 +227,8 @@ class DispatchScanner:
             pos = nxt
 
     def _loose(self, acc: _Accumulator, end: ScanEnd, nxt: int) -> Iterator[DispatchBatch]:
-        """The whole record inside a DLedger entry whose header alone is broken, where the log the broker serves goes on
-        past it (``served``: ``dledgerstart.record_in_broken_entry``), walked in a view of its file alone: the reput
-        dispatches it (``DLedgerCommitLog.checkMessageAndReturnSize`` skips the 48 header bytes unread)."""
+        """The record inside a header-broken DLedger entry the served log goes on past (``dledgerstart.record_in_broken_entry``),
+        walked in its file alone: the reput dispatches it (``checkMessageAndReturnSize`` skips the header)."""
         from ..store.dledgerstart import record_in_broken_entry
 
         cl = self.commitlog
@@ -242,9 +238,8 @@ class DispatchScanner:
 
     def _walk(self, acc: _Accumulator, pos: int, stop: int | None, base: int | None = None, halt: threading.Event | None = None,
               commitlog: CommitLog | None = None) -> Iterator[DispatchBatch]:
-        """The chain from ``pos`` walked and dispatched into ``acc``, full batches handed out; returns ``(crossed, end)``. With
-        ``base``, within that segment: ``crossed`` when it ends at a blank. ``end``: None when crossed or ``halt`` set.
-        ``commitlog``: another view (``_loose``)."""
+        """The chain from ``pos`` dispatched into ``acc``, full batches handed out; returns ``(crossed, end)`` (``base``: within
+        that segment, ``crossed`` at a blank; ``end`` None when crossed or halted). ``commitlog``: another view."""
         delay_ms = fd.delay_array(dict(self.options.delay_table))
         scan = FastScan(commitlog or self.commitlog, pos, stop, check_crc=self.check_crc and self.discipline == "recovery",
                         stop_on_crc=True, batch=self.SUB_BATCH, release_behind=True)
@@ -274,9 +269,8 @@ class DispatchScanner:
         return index - 1 if index is not None and segments[index].base_offset == self.stop else None
 
     def _parallel(self) -> bool:
-        """Whether segments may be dispatched ahead (``_produce_ahead``): plain segments (not
-        DLedger entries) of at least ``AHEAD_MIN_SEGMENT`` bytes, from before the range's last segment; the recovery to the end of the
-        log, or the reput (``doReput``) of whole segments, as before the recovery's start segment."""
+        """Whether segments may be dispatched ahead (``_produce_ahead``): classic segments of at least ``AHEAD_MIN_SEGMENT`` bytes
+        before the range's last, for a recovery to the log's end or a reput of whole segments."""
         if (not self.ahead or self.discipline == "recovery" and self.stop is not None or self.commitlog.file_size < AHEAD_MIN_SEGMENT
                 or getattr(self.commitlog, "entry_walker", None) is not None):
             return False
@@ -284,9 +278,8 @@ class DispatchScanner:
         return index is not None and last is not None and index < last
 
     def _produce_ahead(self) -> Iterator[DispatchBatch]:
-        """The batches in order while the next segment is dispatched in a second thread (``_Ahead``): its walk is the chain's when
-        the segment before ends at a blank (reference §2, §8.3), else dropped; a reput meeting an undispatchable record goes on as
-        ``doReput`` would."""
+        """The batches in order while the next segment is dispatched in a second thread (``_Ahead``), kept when the segment before
+        ends at a blank (reference §2, §8.3); a reput past an undispatchable record goes on as ``doReput``."""
         pos, last = self.start, self._last_segment()
         while True:
             crossed, end = yield from self._ahead_run(pos, last)
@@ -353,9 +346,8 @@ class DispatchScanner:
         return [(end.offset, self._reput_resume(end)) for end in self.skipped]
 
     def _reput_resume(self, end: ScanEnd) -> int | None:
-        """Where ``doReput`` continues after a record it cannot dispatch (``served``: where the log resumes), or None (always for
-        ``recovery``): zeros before ``stop`` are an illegal magic code, skipped to the next segment like any unreadable record
-        (§8.12, rules §2.12)."""
+        """Where ``doReput`` continues after a record it cannot dispatch (``served``: where the log resumes), or None
+        (``recovery``): zeros are an illegal magic skipped to the next segment (§8.12, rules §2.12)."""
         at_stop = lambda offset: self.stop is not None and offset >= self.stop  # noqa: E731
         past, reason = at_stop(end.offset), end.reason
         ends = past or self.stop is None if reason == StopReason.ZEROS else end.is_clean or reason == StopReason.SEGMENT_END and past
@@ -472,9 +464,8 @@ class _WalkOn(NamedTuple):
 
 
 class _Ahead:
-    """One segment dispatched in a thread of its own, its batches spilled (``BatchSpill``) and read back in order; without spill
-    room the batch goes over as it is and the consumer walks on (``_WalkOn``). The consumer waits only in ``SimpleQueue.get``,
-    which a Ctrl-C interrupts whole (a ``Condition`` can be left with its lock held)."""
+    """One segment dispatched in its own thread, batches spilled (``BatchSpill``) and read back in order, else handed over as they
+    are (``_WalkOn``); the consumer waits only in ``SimpleQueue.get`` (Ctrl-C safe)."""
 
     def __init__(self, scanner: DispatchScanner, index: int):
         self.scanner, self.index = scanner, index
@@ -528,9 +519,8 @@ class _Ahead:
 
 
 class DispatchCache:
-    """A plan's dispatch batches kept, spilled (``BatchSpill``), for an apply in the same process: the range is walked once,
-    memory flat. Past ``budget`` bytes, or without spill room, it gives up and the apply walks the range again, with the same
-    result."""
+    """A plan's dispatch batches spilled (``BatchSpill``) for an apply in the same process (one walk, flat memory); past
+    ``budget`` or without room it gives up and the apply walks again, to the same result."""
 
     def __init__(self, budget: int = 2 << 30):
         self.budget = budget
@@ -615,9 +605,8 @@ class MultiDispatch(NamedTuple):
 
 
 def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDispatch | None = None) -> Iterator[tuple[str, int, tuple[np.ndarray, ...]]]:
-    """Every consume queue entry of the batch, ``(topic, queue id, (queue offsets, phys offsets, sizes, tags codes))`` per queue:
-    its own, then with ``multi`` the LMQ entries (reference §3.6; flagged records decoded again). ``DispatchThrows``
-    (``NoPropertiesThrows``, ``LmqOffsetThrows``) at a record whose dispatch the broker cannot finish."""
+    """Every consume queue entry of the batch per queue, ``(topic, queue id, (queue offsets, phys, sizes, tags))``, then with
+    ``multi`` the LMQ ones (reference §3.6); ``DispatchThrows`` where the broker's dispatch throws."""
     if len(batch) == 0:
         return
     if multi is not None and multi.no_properties_npe is not False:
@@ -654,9 +643,8 @@ def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDi
 
 
 def first_throw(batch: DispatchBatch, names: list[str], multi: MultiDispatch | None, notify: MultiDispatch | None) -> DispatchThrows | None:
-    """The first record of the batch whose dispatch (``consume_queue_entries`` with ``multi``) or reput notify
-    (``first_notify_throw`` with ``notify``; None: none) throws, or None; at one record, a decided dispatch throw (the
-    dispatch runs first), else the notify's (it throws whatever multi-dispatch)."""
+    """The first record whose dispatch (``consume_queue_entries`` with ``multi``) or reput notify (``first_notify_throw``) throws,
+    or None; at one record, a decided dispatch throw first, else the notify's."""
     thrown = None
     try:
         for _ in consume_queue_entries(batch, names, multi):

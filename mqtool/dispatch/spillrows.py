@@ -1,6 +1,5 @@
-"""The compiled packing of ``DispatchCache``'s spill: a batch's row-major ``fields`` to and from column blocks in one pass each
-way. A batch of ``n`` rows and ``k`` keys: ``WIDE`` int64 columns, ``NARROW`` int32 and topic ids, int8 flags, ``k`` int32 key
-hashes, the consume queue grouping (``queuegroups``: keys, starts, ``dest``), each block aligned for typed views."""
+"""The compiled packing of ``DispatchCache``'s spill, one pass each way between a batch's row-major ``fields`` and aligned column
+blocks: ``WIDE`` int64, ``NARROW`` int32 and topic ids, int8 flags, int32 key hashes, the queue grouping."""
 
 from __future__ import annotations
 

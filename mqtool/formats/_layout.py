@@ -1,6 +1,5 @@
-"""Fast codecs derived from the construct schemas, the single declaration of every layout: a big-endian ``struct.Struct`` of a
-schema's leading fixed-width fields (``IfThenElse`` resolved by a context), refusing what it cannot translate exactly. Format
-modules write their codecs out (no ``construct`` import); ``tests/test_format_codecs.py`` holds them equal to the derivation."""
+"""Fast ``struct`` codecs derived from the construct schemas (the single declaration), refusing what they cannot translate
+exactly; format modules write theirs out, held equal by ``tests/test_format_codecs.py``."""
 
 from __future__ import annotations
 

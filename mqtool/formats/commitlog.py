@@ -1,6 +1,5 @@
-"""Commit log records (reference §2, §3.1): big-endian records, never crossing a segment (an end-of-file blank fills the rest), as
-``DefaultAppendMessageCallback``/``MessageExtEncoder`` write and ``checkMessageAndReturnSize`` reads them (4.0.0-5.3.3).
-``decode_record``, the one decoder, and its inverse ``encode_message`` run on ``struct`` layouts derived from the declarations."""
+"""Commit log records (reference §2, §3.1) as ``MessageExtEncoder`` writes and ``checkMessageAndReturnSize`` reads them
+(4.0.0-5.3.3): ``decode_record``, the one decoder, and ``encode_message``, on ``struct`` layouts derived from the declarations."""
 
 from __future__ import annotations
 
@@ -187,9 +186,8 @@ Record = Union[CommitLogRecord, BlankRecord]
 
 
 def decode_record(buf, pos: int = 0, base_offset: int = 0, end: int | None = None) -> Record:
-    """Decode the record at ``buf[pos:]`` (commit log offset ``base_offset + pos``) as ``checkMessageAndReturnSize`` without the
-    CRC: ``TruncatedRecord`` past ``end``, ``CorruptRecord`` for a bad magic or length, ``LengthMismatch`` (the broker's "half
-    message")."""
+    """Decode the record at ``buf[pos:]`` (offset ``base_offset + pos``) as ``checkMessageAndReturnSize`` without the CRC:
+    ``TruncatedRecord``, ``CorruptRecord``, ``LengthMismatch`` (the broker's "half message")."""
     if end is None:
         end = len(buf)
     offset = base_offset + pos

@@ -88,9 +88,8 @@ def delay_offsets(offsets_doc: dict[str, Any]) -> dict[int, int]:
 
 
 def _java_number(value: Any, bits: int) -> int:
-    """A map key (``bits=32``: Integer) or value (64: Long) as fastjson converts it; ``ValueError``
-    where it throws: a bare number past the type's range (``intValue``/``longValue`` overflow), a
-    string ``Integer.parseInt``/``Long.parseLong`` refuses, null (``ConcurrentHashMap.put``)."""
+    """A map key (``bits=32``) or value (64) as fastjson converts it; ``ValueError`` where it throws (overflow, a string Java's
+    parse refuses, null)."""
     if value is None:
         raise ValueError("null")
     if isinstance(value, str):
@@ -104,9 +103,8 @@ _OFFSET_TABLES = {"consumerOffset.json": consumer_offsets, "delayOffset.json": d
 
 
 def parse_java_properties(text: str) -> dict[str, str]:
-    """A Java properties file as ``java.util.Properties.load`` splits it (``broker.conf``, DLedger's ``checkpoint``/``currterm``):
-    lines, ``#``/``!`` comments, key up to ``=``, ``:`` or whitespace; the value keeps trailing whitespace; no escapes or
-    continuations."""
+    """A Java properties file as ``Properties.load`` splits it (``broker.conf``, DLedger's ``checkpoint``/``currterm``):
+    ``#``/``!`` comments, key up to ``=``, ``:`` or whitespace, trailing whitespace kept; no escapes or continuations."""
     result = {}
     for line in re.split(r"\r\n|\r|\n", text):
         line = line.lstrip(" \t\f")

@@ -1,6 +1,5 @@
-"""What the broker derives from a record when it dispatches it (reference §3.2-§3.5, §6.5): ``DispatchRequest`` as the broker
-class; consume queue entries for NOT_TYPE and COMMIT records; the index for all but ROLLBACK, under ``topic#UNIQ_KEY`` and
-``topic#key`` (3.2.6: NOT and PREPARED under ``topic#key`` only, rules §4.2, ``INDEX_KEYS_ONLY``)."""
+"""What the broker derives from a record when it dispatches it (reference §3.2-§3.5, §6.5): ``DispatchRequest``; queue entries for
+NOT_TYPE and COMMIT; the index for all but ROLLBACK (3.2.6: ``INDEX_KEYS_ONLY``, rules §4.2)."""
 
 from __future__ import annotations
 
@@ -19,9 +18,8 @@ _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def parse_delay_levels(text: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
-    """``messageDelayLevel`` -> ``{level: delay_ms}`` as ``parseDelayLevel``: split on one space, stopped by the first token it
-    throws on (an empty one before its level counts; others count without a delay, 1000 ms given here); the product wraps as
-    Java's long."""
+    """``messageDelayLevel`` -> ``{level: delay_ms}`` as ``parseDelayLevel``: stopped by the first token it throws on; a
+    non-number counts without a delay (1000 ms here); the product wraps as Java's long."""
     table = {}
     for i, token in enumerate(java_split(text, " ")):
         if not token:
@@ -60,9 +58,8 @@ DEFAULT_DELAY_TABLE = parse_delay_levels()
 
 
 def batch_unit_span(properties: Mapping[str, str], queue_offset: int) -> tuple[int, int]:
-    """``(msgBaseOffset, batchSize)`` of a record's BatchConsumeQueue unit (reference §3.1, §5.5; 5.0.0+): ``INNER_BASE`` and
-    ``INNER_NUM`` when both are present, else QUEUEOFFSET and 1. ``ValueError`` where ``Long.parseLong``/``Short.parseShort``
-    would throw."""
+    """``(msgBaseOffset, batchSize)`` of a record's BatchConsumeQueue unit (reference §3.1, §5.5): ``INNER_BASE``/``INNER_NUM``
+    when both are there, else (QUEUEOFFSET, 1); ``ValueError`` where Java's parse throws."""
     base, count = properties.get(PropertyKey.INNER_BASE), properties.get(PropertyKey.INNER_NUM)
     return (queue_offset, 1) if base is None or count is None else (java_parse_int(base, 64), java_parse_int(count, 16))
 
@@ -166,9 +163,8 @@ UNDECIDED_MULTI_DISPATCH = ("enableMultiDispatch is on", "--broker-config")
 
 
 class DispatchThrows(ValueError):
-    """A record whose consume queue dispatch throws (rules §3.12): a recovery dispatching it fails the load, the reput retries it
-    forever. ``why``: the throw; ``offset``: the record's; ``wrote``: written before the throw; ``undecided``: ``(condition,
-    option)`` where the store does not tell whether the broker throws (``UNDECIDED_RELEASE``, ``UNDECIDED_MULTI_DISPATCH``)."""
+    """A record whose queue dispatch throws (rules §3.12): the load fails, the reput retries forever. ``why``, ``offset``,
+    ``wrote`` (before the throw), ``undecided`` (``(condition, option)`` where the store does not tell)."""
 
     def __init__(self, why: str, wrote: str, offset: int | None = None, undecided: tuple[str, str] | None = None):
         super().__init__(why)
@@ -188,8 +184,7 @@ class LmqOffsetThrows(DispatchThrows):
 
 class LmqNotifyThrows(DispatchThrows):
     """An ``INNER_MULTI_QUEUE_OFFSET`` value ``Long.parseLong`` throws on in the reput's ``notifyMessageArrive4MultiQueue``
-    (@4.9.3-5.3.3), run for every record whatever ``enableMultiDispatch`` says (5.1.1+: not %RETRY%). ``dispatched``: its own
-    entry is written first."""
+    (@4.9.3-5.3.3; every record, 5.1.1+ not %RETRY%); ``dispatched``: its own entry written first."""
 
     def __init__(self, thrown: LmqOffsetThrows, dispatched: bool):
         super().__init__(f"{thrown.why} in the reput's long-polling notify (notifyMessageArrive4MultiQueue)",
@@ -217,9 +212,8 @@ class NoPropertiesThrows(DispatchThrows):
 
 
 def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, str], *, rule: int) -> list[tuple[str, int, int]]:
-    """The extra consume queue entries, ``(queue name, queue id, queue offset)``, of an ``INNER_MULTI_DISPATCH`` record
-    (``multiDispatchLmqQueue``, reference §3.6): both properties non-blank and as long; queue id 0 for ``%LMQ%``; ``rule``
-    (``LMQ_SKIP_*``, ``NO_MULTI_DISPATCH``) says what the release skips. ``LmqOffsetThrows`` where ``Long.parseLong`` throws."""
+    """The LMQ entries ``(queue name, queue id, queue offset)`` of an ``INNER_MULTI_DISPATCH`` record (``multiDispatchLmqQueue``,
+    reference §3.6; ``rule``: ``LMQ_SKIP_*``); ``LmqOffsetThrows`` where ``Long.parseLong`` throws."""
     queues, offsets = properties.get("INNER_MULTI_DISPATCH", ""), properties.get("INNER_MULTI_QUEUE_OFFSET", "")
     names, values = java_split(queues, MULTI_DISPATCH_SEPARATOR), java_split(offsets, MULTI_DISPATCH_SEPARATOR)
     if (rule == NO_MULTI_DISPATCH or not queues.strip() or not offsets.strip() or len(names) != len(values)

@@ -1,6 +1,5 @@
-"""DLedger commit log files (reference §15): the 48-byte entry header (``DLedgerEntryCoder``, ``BODY_OFFSET = 48``; its body one
-record at ``pos + 48``; a data file ends with a blank of magic -1), the 32-byte index unit (``INDEX_UNIT_SIZE``), and the
-properties text of ``checkpoint``/``currterm``."""
+"""DLedger commit log files (reference §15): the 48-byte entry header (``DLedgerEntryCoder``; its body one record at ``pos + 48``;
+a blank of magic -1 ends a file), the 32-byte index unit, and ``checkpoint``/``currterm`` text."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""JSON as fastjson 1.2.x writes and reads the broker's ``config/*.json`` files (reference §1.4): bare non-string keys
-(``{0:76}``), tab indents, and what ``JSON.DEFAULT_PARSER_FEATURE`` accepts (unquoted names, single quotes, extra commas,
-comments, a BOM). ``loads`` returns plain values, a bare integer key as an ``int``."""
+"""JSON as fastjson 1.2.x writes and reads ``config/*.json`` (reference §1.4): bare keys (``{0:76}``), tabs, and what
+``DEFAULT_PARSER_FEATURE`` accepts; ``loads`` gives a bare integer key as an ``int``."""
 
 from __future__ import annotations
 

@@ -1,3 +1,2 @@
-"""The columnar scan: Arrow record batches of decoded message fields built by compiled kernels
-(``batches.py``, ``_kernels.pyx``), their schema (``schema.py``) and the one filter (``filter.py``).
-Every reader of messages (``dump``, ``stats``, Spark, ...) reads through it. Imports pyarrow, never pyspark."""
+"""The columnar scan every reader of messages (``dump``, ``stats``, Spark) reads through: Arrow batches built by compiled kernels
+(``batches.py``), their schema (``schema.py``) and the one filter (``filter.py``). Imports pyarrow, never pyspark."""

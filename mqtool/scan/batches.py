@@ -1,6 +1,5 @@
-"""Arrow record batches of messages built column-wise from the compiled walk's rows (``_kernels.pyx``), equal to
-``mqtool.store.records.message_dict`` field for field; a batch the columns cannot decide exactly (malformed UTF-8, repeated
-property names) is built from ``message_dict`` itself. Imports pyarrow, not pyspark."""
+"""Arrow batches of messages built column-wise from the compiled walk's rows (``_kernels.pyx``), equal to ``records.message_dict``
+field for field, which builds a batch the columns cannot decide exactly. Imports pyarrow, not pyspark."""
 
 from __future__ import annotations
 
@@ -65,9 +64,8 @@ def _utf8_ok(arr: pa.Array) -> bool:
 
 
 def _hosts(array: np.ndarray, pos: np.ndarray, at: np.ndarray, wide: np.ndarray) -> pa.Array:
-    """``ip:port`` strings of the host field at ``pos + at`` (16 address bytes where ``wide``, else
-    4, then the port), formatted by ``kernels.format_hosts`` in one pass whatever the batch's mix of
-    layouts; IPv4-mapped IPv6 addresses by ``format_host`` itself, spliced in."""
+    """``ip:port`` strings of the host field at ``pos + at`` (16 bytes where ``wide``, else 4) by ``kernels.format_hosts`` in one
+    pass; IPv4-mapped IPv6 addresses by ``format_host``, spliced in."""
     offsets, data, mapped = kernels.format_hosts(array, pos, at, wide)
     if mapped.any():
         redo = np.flatnonzero(mapped)
@@ -103,9 +101,8 @@ def projected_schema(columns) -> pa.Schema:
 
 
 class MessageBatchBuilder:
-    """Builds ``messages`` record batches for one broker's store (its property reader and delay
-    table decide ``properties`` and ``tags_code`` as in ``message_dict``). ``columns`` restricts
-    the batches to those columns; what no requested column needs is not computed."""
+    """Builds ``messages`` batches for one broker's store (its property reader and delay table, as ``message_dict``), of
+    ``columns`` only when given, computing nothing else."""
 
     def __init__(self, broker: str, *, legacy_properties: bool = False, delay_table=DEFAULT_DELAY_TABLE, body: BodyEncoding = BodyEncoding.none, decompress: bool = False, columns=None, force_python: bool = False):
         self.broker = broker
@@ -245,9 +242,8 @@ class MessageBatchBuilder:
         return compute.numbers(codes, pa.int64(), valid)
 
     def _bodies(self, array: np.ndarray, rows: np.ndarray, sys_flag: np.ndarray, offsets: np.ndarray) -> pa.Array:
-        """``encode_body`` of each record's body: base64, hex and UTF-8 by ``kernels.body_text``
-        straight into the Arrow buffers; sha256, bodies to inflate (``--decompress``) and bodies
-        that are not strict UTF-8 by ``encode_body`` itself, row by row."""
+        """``encode_body`` of each body: base64, hex and UTF-8 by ``kernels.body_text`` into the Arrow buffers; sha256,
+        ``--decompress`` and non-UTF-8 bodies by ``encode_body`` itself."""
         if self.body is BodyEncoding.none:
             return pa.nulls(len(rows), pa.string())
         starts, lengths = rows[:, fs.COL_BODY], rows[:, fs.COL_BODY_LEN]

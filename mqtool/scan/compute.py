@@ -1,6 +1,6 @@
-"""Arrow's compute functions called by name through ``call_function`` (``mqtool.private_api.arrow_compute``), without importing
-``pyarrow.compute``: a trailing underscore dropped (``and_``), ``options=`` as there; written out: ``cast``, ``is_in``,
-``index_in``, ``fill_null``, ``take``."""
+"""Arrow's compute functions by name through ``call_function`` (``private_api.arrow_compute``) without importing
+``pyarrow.compute`` (``and_`` for ``and``; ``options=`` as there); ``cast``, ``is_in``, ``index_in``, ``fill_null``, ``take``
+written out."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""``MessageFilter``: the one implementation of ``mqtool dump``'s filters, applied to Arrow batches of
-``MESSAGE_SCHEMA`` columns (``mqtool/scan/schema.py``) by every reader of the columnar scan; and the
-checks of its commit log offset options, shared by ``mqtool dump`` and the Spark scan."""
+"""``MessageFilter``, the one implementation of ``mqtool dump``'s filters, on Arrow batches of ``MESSAGE_SCHEMA`` for every
+reader; and the checks of the offset options ``dump`` and Spark share."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""``read_batches``: a store's messages as Arrow record batches, the one entry point of the columnar scan: the recovery scan's
-records (reference §2) by ``FastScan`` and ``MessageBatchBuilder``, ``scan.end`` saying where it stopped; ``match`` decided first,
-batches built in ``workers`` threads, used in order."""
+"""``read_batches``, the one entry point of the columnar scan: the recovery scan's records (reference §2) as Arrow batches
+(``FastScan``, ``MessageBatchBuilder``), ``match`` decided first, built in ``workers`` threads; ``scan.end`` says where it
+stopped."""
 
 from __future__ import annotations
 

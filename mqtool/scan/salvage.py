@@ -1,6 +1,5 @@
-"""``SalvageScan``: every valid record of a commit log as Arrow batches, those after the broker's cut (reference §8.3, §8.9;
-``store.nextstart``) too, with a ``status`` (docs/reading.md). Past the cut, segments are walked as ``verify --keep-going`` does
-(``segments.analyze_segment``); bad-CRC records are ``skipped``; DLedger stores read on past damage their recovery keeps (§15.4,
+"""``SalvageScan``: every valid record of a commit log as Arrow batches with a ``status`` (docs/reading.md), past the broker's cut
+(``store.nextstart``, reference §8.3, §8.9) as ``verify --keep-going`` walks (``segments.analyze_segment``; DLedger: §15.4,
 §15.5)."""
 
 from __future__ import annotations
@@ -113,8 +112,8 @@ class SalvageScan:
 
     def _kept_past(self, end: ScanEnd) -> tuple[int, FastScan | None] | None:
         """In a DLedger store, where the served log goes on past damage its recovery keeps (``CommitLog.resume_after_damage``):
-        bad-CRC record ``skipped``, other damage ``unreadable``, and the walk of a record inside a header-broken entry
-        (``dledgerstart.loose_walk``); else None."""
+        bad-CRC record ``skipped``, else ``unreadable``, with a header-broken entry's record walk (``dledgerstart.loose_walk``);
+        else None."""
         resume = self.store.commitlog.resume_after_damage(end) if self.store.is_dledger else None
         if resume is None:
             return None
@@ -185,9 +184,8 @@ class SalvageScan:
         return self.store.is_dledger and cl.is_entry_file(cl.segments[index])
 
     def _entry_report(self, index: int, start: int) -> SegmentReport:
-        """``analyze_segment``'s runs and gaps for a DLedger data file from ``start`` (reference §15.2): one ``FastScan`` from the
-        first readable entry, on past each damage to every readable entry (``dledgerstart.walk_resume`` with ``every``), up to the
-        blank or end of data."""
+        """``analyze_segment``'s runs and gaps for a DLedger data file from ``start`` (reference §15.2): one ``FastScan`` on past
+        each damage to every readable entry (``dledgerstart.walk_resume`` with ``every``)."""
         cl = self.store.commitlog
         seg = cl.segments[index]
         report = SegmentReport(index, str(seg.path), seg.base_offset, seg.size, start, seg.size)

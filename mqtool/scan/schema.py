@@ -1,6 +1,5 @@
-"""The columns of the ``rocketmq`` data source as a Spark DDL string and the equal Arrow schema (built from one table: Spark
-passes Arrow batches through only on an exact match): ``stats`` aggregates, ``messages`` with ``mqtool dump``'s fields plus
-``broker``, timestamps and the split tag. Imports pyarrow, not pyspark."""
+"""The ``rocketmq`` data source's columns as a Spark DDL string and the equal Arrow schema, from one table (Spark passes Arrow
+through only on an exact match): ``stats`` and ``messages`` (``mqtool dump``'s fields and more). Imports pyarrow, not pyspark."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Messages aggregated per topic, queue and period of store time, for ``mqtool stats`` and the Spark reader: ``accumulate``
-(compiled) into a ``GroupTable``, ``aggregate`` (Arrow), ``merge``; ``collect`` walks with ``FastScan`` (reference §8.3) and
-``stats_batch``, with a log-bucketed delay histogram (exact medians below 1024 ms, within 1/128 above)."""
+"""Messages aggregated per topic, queue and period of store time for ``mqtool stats`` and Spark (``accumulate`` into a
+``GroupTable``, ``aggregate``, ``merge``; ``collect``: ``FastScan`` and ``stats_batch``, reference §8.3), with a log-bucketed
+delay histogram."""
 
 from __future__ import annotations
 
@@ -190,9 +190,9 @@ _COUNT_INIT, _COUNT_OPS = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int6
 
 
 def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int], None] | None = None, batch: int = WALK_BATCH, read_on=None) -> StoreStats:
-    """One pass over the store's records (the broker's recovery scan; a bad body CRC counted and read past, as ``dump``
-    and Spark's splits read it) into ``StoreStats``; where the walk ends, ``read_on(end)`` may give the offset it goes on
-    from (damage the broker never reads), after the record inside a DLedger entry whose header alone is broken (``loose_walk``)."""
+    """One pass over the store's records (the recovery scan; bad body CRCs counted and read past, as ``dump``) into
+    ``StoreStats``; ``read_on(end)`` may go on past damage the broker never reads, or a header-broken DLedger entry's record
+    (``loose_walk``)."""
     records, start = 0, store.commitlog.min_offset
     topics: dict[int, str] = {}
     groups = GroupTable()
@@ -253,9 +253,8 @@ _COMBINE = {"sum": lambda a, b: a + b, "min": min, "max": max}
 
 
 def grouped(table: pa.Table, keys: list[str], aggregates: list[tuple[str, str]]) -> list[dict]:
-    """``table.group_by(keys).aggregate(aggregates)`` as rows, in Python (nulls skipped, a group
-    with none of a column's values gets null): the tables are a few rows per queue and period, and
-    Arrow's grouping would import its query engine (acero) for them."""
+    """``table.group_by(keys).aggregate(aggregates)`` as rows in Python (nulls skipped; none: null): the tables are small, and
+    Arrow's grouping would import acero."""
     groups: dict[tuple, dict] = {}
     names = [(column, op, f"{column}_{op}") for column, op in aggregates]
     for row in table.to_pylist():

@@ -1,6 +1,6 @@
-"""``SurvivorSearch``: which message ids (UNIQ_KEY, offsetMsgId, KEYS) survived in a store and whether a consumer can get them, in
-one ``SalvageScan`` pass (statuses: docs/reading.md). Consumable is judged on the queues after the broker's next start
-(``QueuesAfter``, reference §5.7-§5.10, §8.4-§8.12, §15.4: ``recovery.queues.QueueSim``), else on disk (``_OnDisk``)."""
+"""``SurvivorSearch``: which message ids survived and whether a consumer can get them (docs/reading.md), in one ``SalvageScan``
+pass, judged on the queues after the next start (``QueuesAfter``: ``recovery.queues.QueueSim``, reference §5.7-§5.10, §8.4-§8.12,
+§15.4)."""
 
 from __future__ import annotations
 
@@ -80,9 +80,8 @@ def _hex_upper(values: pa.Array) -> pa.Array:
 
 
 class IdMatcher:
-    """Which values of a string column are among the ids: built once (hashes sorted), probed per
-    batch with a binary search and confirmed by comparing the strings themselves, so the id set
-    is never re-hashed per batch (Arrow's ``is_in`` rebuilds its hash table at every call)."""
+    """Which values of a string column are among the ids: hashes sorted once, probed per batch by binary search and confirmed by
+    string (Arrow's ``is_in`` rehashes the set per call)."""
 
     def __init__(self, ids: list[str]):
         self.ids = pa.array(ids, pa.string())
@@ -111,9 +110,8 @@ class IdMatcher:
 
 
 def _held(queue: QueueAfter, logical: np.ndarray, offset: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """Per record (logical byte offset of its queue offset, commit log offset, size): a unit of ``queue``
-    below its end holds the offset and size, the one at ``logical`` or any unit placed from
-    ``placed_from`` on. Reads only the files holding ``logical``, and the placed ones."""
+    """Per record (logical offset, commit log offset, size): whether a unit of ``queue`` below its end holds it, at ``logical`` or
+    placed from ``placed_from`` on; reads only those files."""
     ok = np.zeros(len(logical), dtype=bool)
     end, file_size = queue.end, queue.file_size
     inside = np.flatnonzero((logical >= 0) & (logical < end))
@@ -182,9 +180,8 @@ class _OnDisk:
 
 @dataclass
 class QueuesAfter:
-    """What consumability is judged against: ``view`` says which queues, in words; ``candidates``:
-    per candidate broker version (one if the version is decided), its eras' label and its queues after
-    the broker's next start, (topic, queue id) -> ``QueueAfter``; empty: the queues as on disk."""
+    """What consumability is judged against: ``view`` in words; ``candidates``, per candidate version its eras' label and queues
+    after the next start ((topic, queue id) -> ``QueueAfter``); empty: as on disk."""
 
     view: str
     candidates: list[tuple[str, dict[tuple[str, int], QueueAfter]]] = field(default_factory=list)
@@ -282,9 +279,8 @@ class SurvivorSearch:
             yield (self.topics[int(hits["topic"][idx[0]])], int(hits["queue_id"][idx[0]])), idx
 
     def _consumable(self, hits: dict[str, np.ndarray], candidate: np.ndarray) -> np.ndarray:
-        """Per hit: whether a unit of its queue below the queue's end holds its offset and size, at its queue offset or where a
-        recovery placed it (§5.10, §15.4), in ``self.queues``; under several candidate versions, refused where their queues differ
-        (``recovery.candidates``)."""
+        """Per hit: whether a unit of its queue in ``self.queues`` holds its offset and size, at its queue offset or where a
+        recovery placed it (§5.10, §15.4); refused where candidate versions' queues differ (``recovery.candidates``)."""
         if self.store.root is None:  # commit log segments alone: no consume queue leads anywhere
             return np.zeros(len(candidate), dtype=bool)
         answers: list[np.ndarray] = []

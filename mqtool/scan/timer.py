@@ -1,6 +1,5 @@
-"""Timer messages and their fate: timer log units joined with the commit log (reference §9, §2.13). A unit names the
-``rmq_sys_wheel_timer`` record it was enqueued from (``offset_py``); a due message is re-put to ``REAL_TOPIC`` with the same
-UNIQ_KEY. States: ``delivered``, ``lost`` (apache/rocketmq#10668), ``cancelled`` (``MAGIC_DELETE``), ``rolled`` (``MAGIC_ROLL``),
+"""Timer messages and their fate (reference §9, §2.13): each timer log unit joined with the ``rmq_sys_wheel_timer`` record it
+names and the re-put record with its UNIQ_KEY: ``delivered``, ``lost`` (apache/rocketmq#10668), ``cancelled``, ``rolled`` or
 ``pending``."""
 
 from __future__ import annotations
@@ -37,9 +36,8 @@ STATES = ("pending", "delivered", "rolled", "cancelled", "lost")
 
 @dataclass
 class TimerReport:
-    """The rows (one per timer log unit, in log order) and where the log and the commit log end; from the same walk of the
-    commit log (``TimerWalk``): ``queued``, the offset and queue offset of each ``rmq_sys_wheel_timer`` queue 0 record, in log
-    order, and ``deliveries``, the (offset, topic) of the records carrying the identity of a unit's record or of a queued one."""
+    """The rows (one per unit, in log order), where the log and the commit log end, and from the same walk ``queued`` (timer queue
+    0 records) and ``deliveries`` ((offset, topic) of the records carrying a unit's or a queued record's identity)."""
 
     rows: list[dict]
     log_end: TimerLogEnd
@@ -66,9 +64,8 @@ WALK_COLUMNS = ("offset", "topic", "queue_id", "queue_offset", "uniq_key", "born
 
 
 class TimerWalk:
-    """The one walk of the commit log of ``timer_report``: units first (``units``), then the log's batches in order (``add``),
-    from a scan of its own (``walk``) or verify's walk (``add_rows``, ``verify/sharedwalk.py``: no second walk), and the logical
-    ``end``."""
+    """The one commit log walk of ``timer_report``: ``units`` first, then the log's batches in order (``add``) from its own
+    ``walk`` or verify's (``add_rows``, ``verify/sharedwalk.py``), and the logical ``end``."""
 
     def __init__(self, store: Store, timer: TimerStore):
         self.store, self.timer = store, timer
@@ -106,9 +103,8 @@ class TimerWalk:
         return self
 
     def _resume(self, end: ScanEnd) -> int | None:
-        """Where the scan goes on after ``end`` (``CommitLog.resume_after_damage``), as verify's walk and ``dump`` do: past damage
-        the broker's recovery never reads or, in a DLedger store, keeps (``dledgerstart.walk_resume``); its dequeue reads a unit's
-        record there. Else None."""
+        """Where the scan goes on after ``end`` as verify's walk and ``dump`` do (``CommitLog.resume_after_damage``: past damage
+        the broker never reads or keeps, where its dequeue reads a unit's record), else None."""
         store, segments = self.store, self.store.commitlog.segments
         if store.root is None or not segments:
             return None
@@ -137,9 +133,8 @@ class TimerWalk:
             self.add(built)
 
     def add(self, batch: pa.RecordBatch) -> None:
-        """The next batch of the log: its timer queue 0 records queued and their identities looked for from this batch on, and its
-        records carrying one kept (``found``). The identities are two Python sets grown as the walk goes (``is_in`` rebuilds a
-        table per call)."""
+        """The next batch of the log: its queue 0 records queued, their identities looked for from here on (two growing Python
+        sets; ``is_in`` would rebuild a table per call), and records carrying one kept (``found``)."""
         uniqs, borns = self.uniqs, self.borns
         timer = compute.filter(batch, self.timers.mask(batch))
         if len(timer):
@@ -170,9 +165,8 @@ def _delivered(deliveries: dict[str, list[tuple[int, str]]], identity: str | Non
 
 
 def delivered_again(store: Store, report: TimerReport, start: int) -> int:
-    """How many timer messages ``TimerMessageStore.recover`` enqueues again (queue 0 from ``start``) were delivered already or
-    still have a unit in the timer log: ``enqueue`` checks neither, so each is delivered a second time (5.0.0-5.3.3, reference
-    §9). From the report's walk."""
+    """How many timer messages ``TimerMessageStore.recover`` enqueues again from ``start`` were delivered already or still have a
+    unit: ``enqueue`` checks neither, so each is delivered twice (5.0.0-5.3.3, reference §9)."""
     after = report.rows[-1]["offset"] if report.rows else store.commitlog.min_offset
     try:  # where the queue has ``start``, from its message on; else after the last unit's message (the queue is in log order)
         entry = store.consume_queue(fmt.TIMER_TOPIC, 0).read_entry(start)
@@ -219,9 +213,8 @@ def timer_report(store: Store, timer: TimerStore, walked: TimerWalk | None = Non
 
 
 def timer_summary(store: Store, start: NextStart | None = None, *, next_count: int = 5) -> dict | None:
-    """``info``'s timer section: units by state, next deliveries, pending backlog per UTC hour, ``config/timercheck`` and the
-    timer messages not yet enqueued from where the broker's timer recovery resumes (``timer_resume``; ``start``: the next start,
-    if known)."""
+    """``info``'s timer section: units by state, next deliveries, backlog per UTC hour, ``config/timercheck`` and the messages not
+    yet enqueued from where the timer recovery resumes (``timer_resume``; ``start``: the next start, if known)."""
     timer = TimerStore.open(store.root) if store.root is not None else None
     if timer is None:
         return None
@@ -253,9 +246,8 @@ def timer_summary(store: Store, start: NextStart | None = None, *, next_count: i
 
 
 class Resume(NamedTuple):
-    """Where ``TimerMessageStore.recover`` (5.0.0-5.3.3, reference §9, rules §8.1) resumes enqueuing timer queue 0: ``offset``;
-    ``after_unit``: after the last unit's message; ``master``: timercheck's ``masterTimerQueueOffset`` taken; ``raised_from``:
-    below the queue's min."""
+    """Where ``TimerMessageStore.recover`` (5.0.0-5.3.3, reference §9, rules §8.1) resumes enqueuing queue 0: ``offset``, and how:
+    ``after_unit``, ``master`` (``masterTimerQueueOffset``), ``raised_from`` (below the queue's min)."""
 
     offset: int
     after_unit: bool
@@ -278,9 +270,8 @@ class Resume(NamedTuple):
 
 
 def timer_resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None, start: NextStart | None) -> Resume:
-    """The ``Resume`` of ``TimerMessageStore.recover``: after the queue offset of the last readable unit's message
-    (``reviseQueueOffset``), else ``lastTimerQueueOffset``; the lower of that and ``masterTimerQueueOffset`` (0 without
-    timercheck); raised to the queue's min offset."""
+    """The ``Resume`` of ``TimerMessageStore.recover``: after the last readable unit's queue offset (``reviseQueueOffset``), else
+    ``lastTimerQueueOffset``; the lower of that and ``masterTimerQueueOffset``; raised to the queue's min offset."""
     rows, end = report.rows, report.log_end.offset
     after_unit = bool(rows) and rows[-1]["timer_log_offset"] == end - fmt.UNIT_SIZE and rows[-1]["state"] != "lost"
     last_offset = check.last_timer_queue_offset if check is not None else 0
@@ -295,9 +286,8 @@ def timer_resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None
 
 
 def timer_queue_range(store: Store, start: NextStart | None) -> QueueRange | None:
-    """Timer queue 0's min and max offsets (None: unreadable) as ``TimerMessageStore.recover`` reads them after the next start's
-    recovery (``start``): entries past its end cut, a dispatching recovery's appended (``redispatch.dispatching_recovery``, rules
-    §2.3)."""
+    """Timer queue 0's min and max offsets (None: unreadable) after the next start's recovery (``start``): entries past its end
+    cut, a dispatching recovery's appended (``redispatch.dispatching_recovery``, rules §2.3)."""
     try:
         loaded = queue_range(store, fmt.TIMER_TOPIC, 0) or QueueRange(0, 0)
     except (LookupError, OSError, ValueError):
