@@ -20,8 +20,7 @@ from typing import Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark import SparkConf, StorageLevel
-from pyspark.sql import DataFrame, Observation, SparkSession
-from pyspark.sql import functions as F
+from pyspark.sql import DataFrame, Observation, SparkSession, functions as F
 
 from ..errors import EXIT_FINDINGS, EXIT_INTERNAL, BadInput, MqtoolError, UnknownStoreVersion, UsageError
 from ..verify.findings import FINDING_FIELDS

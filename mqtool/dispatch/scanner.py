@@ -24,8 +24,7 @@ from ..store.commitlog import CommitLog, ScanEnd, StopReason
 from ..store.consumequeue import has_queue_directory
 from ..store.fastscan import FastScan
 from ..store.textscan import POW31, java_hash_states, utf16_units_of
-from . import fastdispatch as fd
-from . import spillrows
+from . import fastdispatch as fd, spillrows
 from .queuegroups import QueueGroups, group_queues
 from .topicnumbers import TopicNumbers
 

@@ -15,8 +15,7 @@ from ..formats.msgid import format_host
 from ..formats.properties import PropertyKey
 from ..store.records import BodyEncoding, encode_body, inflate_body, message_dict, sys_flag_names
 from ..store import fastscan as fs
-from . import _kernels as kernels
-from . import compute
+from . import _kernels as kernels, compute
 from .schema import MESSAGE_SCHEMA, TIMESTAMP
 
 _LAYOUTS = {combo: fmt.HEADER_LAYOUTS[(bool(combo & 1), bool(combo & 2))] for combo in range(4)}

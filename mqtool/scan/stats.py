@@ -13,8 +13,7 @@ import pyarrow as pa
 
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..formats.timer import TIMER_TOPIC  # 5.x timer messages wait there (TimerMessageStore)
-from ..store import Store
-from ..store import fastscan as fs
+from ..store import Store, fastscan as fs
 from ..store.dledgerstart import loose_walk
 from . import _stats, compute
 from ._stats import EXACT_BITS as _EXACT_BITS, SUB_BITS

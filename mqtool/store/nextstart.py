@@ -14,8 +14,7 @@ from ..formats import timer as tfmt
 from .commitlog import CommitLog, ScanEnd, StopReason
 from .eras import candidate_groups
 from .mappedfile import DELETED, INDEX_SERVICE, LOAD_CONSUME_QUEUE, MAPPED_FILE_QUEUE, MMAP_FILE_LIST, REFUSED, open_read_only, unmounted_text
-from .mappedfile import stray_after
-from .mappedfile import StrayEntry
+from .mappedfile import StrayEntry, stray_after
 from .rules import ERAS, VersionRules
 from .startfile import ScanStart, recovery_start
 from .store import A_FIFO, EMPTY_LAST_SEGMENT, SEGMENT_SIZE, STRAY_ENTRY, Store, empty_not_last, stray_effects, stray_refused_why

@@ -26,8 +26,7 @@ from .consumequeue import ConsumeQueue, QueueDirectory, TopicListing, discover_q
 from .consumequeue import topic_listing, topic_strays
 from .index import IndexFile, IndexGeometry, index_strays, list_index_files, store_index_geometry
 from .mappedfile import CREATED, DELETED, INDEX_SERVICE, LEFT_OUT, LOAD_CONSUME_QUEUE, LOADED, MAPPED_FILE_QUEUE, OFFSET_NAME, REFUSED, SKIPPED
-from .mappedfile import unmounted_text
-from .mappedfile import MappedFile, StrayEntry
+from .mappedfile import MappedFile, StrayEntry, unmounted_text
 from .mappedfile import file_size, folder_entries, inferred_file_size, load_effect, offset_named_files, stray_after, stray_entries
 from .rules import Era, VersionRules, era_of
 from .version import BrokerVersion, VersionGuess, check_first_record, detect_version
