@@ -1,5 +1,4 @@
-"""mqtool's own errors, each with its documented exit code: 0 ok, 1 findings, 2 usage, 3 bad input, 4 refused, 5 internal
-error."""
+"""mqtool's own errors, each with its exit code: 0 ok, 1 findings, 2 usage, 3 bad input, 4 refused, 5 internal error."""
 
 from __future__ import annotations
 

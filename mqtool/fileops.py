@@ -26,8 +26,7 @@ def shell_path(path) -> str:
 
 
 def salvage_command(store) -> str:
-    """The ``salvage`` a damage note gives, pasteable: every readable message of ``store`` to a file, before a ``--yes`` zeroes
-    what the recovery cuts (README's incident section)."""
+    """The pasteable ``salvage`` a damage note gives: every readable message out before a ``--yes`` zeroes the cut."""
     return f"mqtool salvage {shell_path(store)} -f jsonl --body base64 --out FILE"
 
 
@@ -47,8 +46,7 @@ fsync_dir = fsync_path
 
 
 def makedirs(path: Path, *, synced: set[Path] | None = None, like_parent: bool = False) -> list[Path]:
-    """``mkdir -p`` fsyncing the parent of every directory it creates (or adding it to ``synced``), returned deepest first;
-    ``like_parent``: each takes its parent's owner and mode."""
+    """``mkdir -p`` fsyncing each new directory's parent (or adding it to ``synced``); ``like_parent``: owner and mode."""
     missing, p = [], Path(path)
     while not p.exists():
         missing.append(p)
@@ -63,8 +61,7 @@ def makedirs(path: Path, *, synced: set[Path] | None = None, like_parent: bool =
 
 @contextlib.contextmanager
 def naming(path: Path) -> Iterator[None]:
-    """A write the file system refuses (full, over quota, read-only) said with the file it was
-    writing: a full backup disk is said as that disk, not as a bare "No space left on device"."""
+    """A refused write (full, quota, read-only) said with the file it was writing, not a bare errno text."""
     try:
         yield
     except OSError as exc:
@@ -128,8 +125,7 @@ def owner_of(path: Path) -> Owner:
 
 
 def owner_for(target: Path) -> Owner:
-    """The owner and mode of a file written in place of ``target`` (so the broker's user opens it): ``target``'s, else the
-    folder's last-named file's, else the folder's owner."""
+    """The owner and mode for a file written in place of ``target``: its own, the folder's last file's, or the folder's."""
     with contextlib.suppress(FileNotFoundError):
         return owner_of(target)
     with os.scandir(target.parent) as entries:
@@ -184,8 +180,7 @@ def _raise(error: OSError) -> None:
 
 
 def copy_entry(src: Path, dst: Path) -> None:
-    """Copy a directory tree or symlink as it is (owners, modes, mtimes kept), fsynced, as ``beside(dst)`` renamed to ``dst``, so
-    a ``dst`` is whole; a failed copy's part is deleted."""
+    """Copy a tree or symlink as it is (owners, modes, mtimes), fsynced, via ``beside(dst)``; a failed copy is deleted."""
     part = beside(dst)
     remove_entry(part)  # what a killed copy left
     made = []  # each folder before what it holds

@@ -40,7 +40,6 @@ def click_exceptions() -> ModuleType:
 
 
 def exit_steps() -> tuple[Callable[[], None], Callable[[], None]] | None:
-    """What the interpreter's exit runs before its teardown, in order: ``threading._shutdown`` and
-    ``atexit._run_exitfuncs``; None if this Python lacks either."""
+    """``threading._shutdown`` and ``atexit._run_exitfuncs``, what exit runs before its teardown; None if either lacks."""
     steps = getattr(threading, "_shutdown", None), getattr(atexit, "_run_exitfuncs", None)
     return steps if all(callable(s) for s in steps) else None

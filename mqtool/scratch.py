@@ -25,8 +25,7 @@ def short_write() -> OSError:
 
 
 def working_file_error(exc: OSError) -> Exception:
-    """``exc``, raised writing a working file, as ``BadInput`` naming the directory where the machine
-    refused it (no room, no such directory, no permission); anything else as it is."""
+    """``exc`` from writing a working file as ``BadInput`` naming the refused directory; anything else as it is."""
     import tempfile
 
     return exc if exc.errno not in REFUSED else BadInput(f"cannot write mqtool's working files in {tempfile.gettempdir()} ({exc.strerror}): "

@@ -23,8 +23,7 @@ def visible(text: str) -> str:
 
 
 def cell_len(text: str) -> int:
-    """Terminal cells ``text`` takes: its length when it is printable ASCII (the rows of a lookup),
-    else rich's measure (``rich.cells``, imported only then)."""
+    """Terminal cells of ``text``: its length for printable ASCII, else ``rich.cells``' measure (imported only then)."""
     if text.isascii() and text.isprintable():
         return len(text)
     from rich.cells import cell_len as cells
@@ -54,8 +53,7 @@ def _extent(text: str) -> tuple[int, int]:
 
 
 def wrap(text: str, width: int) -> list[str]:
-    """``text`` in lines of at most ``width`` cells, broken at spaces only, never inside quotes (a
-    longer word gets a line of its own and runs past ``width``); explicit newlines are kept."""
+    """``text`` in lines of at most ``width`` cells, broken at spaces outside quotes; newlines kept."""
     if len(text) <= width and " " not in text and text.isascii() and text.isprintable():
         return [text]  # one ASCII word that fits (most cells): what the loop below gives
     lines: list[str] = []
@@ -157,8 +155,7 @@ class Table:
         return natural, minimum
 
     def _surely_vertical(self, width: int) -> bool:
-        """Whether the columns no layout drops cannot fit ``width`` even at their header words' widths: the table goes vertical
-        whatever its cells, left unmeasured."""
+        """Whether the undroppable columns cannot fit ``width`` even at their headings' widths: vertical, cells unmeasured."""
         if not self.header:
             return False
         words = [longest_word(n) for n in self.names if n not in self.optional]
@@ -173,8 +170,7 @@ class Table:
         return max((n for c in cells for n in map(cell_len, _words(c)) if n <= limit), default=0)
 
     def layout(self, width: int, *, keep: Layout | None = None) -> Layout:
-        """The layout at ``width``; ``keep`` (the previous batch's layout of a streamed table)
-        keeps its dropped columns dropped, vertical vertical, and its widths where they fit."""
+        """The layout at ``width``; ``keep``: a streamed table's previous layout, kept where it fits."""
         if (keep is not None and keep.vertical) or self._surely_vertical(width):
             return Layout([], [], vertical=True, dropped=[])
         natural, minimum = self._measure()
@@ -216,8 +212,7 @@ class Table:
         return Layout(visible, widths, dropped=dropped)
 
     def _folded(self, visible: list[int], mins: list[int], width: int) -> list[int]:
-        """``mins`` with the fold columns narrowed, widest first, by what the row lacks (each to at
-        least ``MIN_FOLD`` cells and its heading's longest word)."""
+        """``mins`` with fold columns narrowed, widest first, by what the row lacks (to ``MIN_FOLD`` and the heading's word)."""
         mins = list(mins)
         excess = sum(mins) + GAP * (len(visible) - 1) - width
         for k in sorted((k for k, i in enumerate(visible) if self.names[i] in self.fold), key=lambda k: -mins[k]):

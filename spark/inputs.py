@@ -45,8 +45,7 @@ class BrokerInput:
 
 
 def store_dir_for(path: Path) -> Path:
-    """The directory a path's broker is named after: the store holding a segment or commit log
-    folder (its parent when it is called ``store``, RocketMQ's default ``storePathRootDir``)."""
+    """The directory a path's broker is named after: its store (the parent of one called ``store``)."""
     path = Path(os.path.abspath(path))
     if path.is_file():
         path = path.parent  # a segment: its commit log folder
@@ -124,8 +123,7 @@ def resolve_inputs(paths: Sequence[str | Path], broker_names: Sequence[str] | No
 
 
 def next_start_scan(store: Store) -> int | None:
-    """Where the broker's next start scans from (``store.nextstart``), before which ``dump`` reads past damage
-    (``cli.common.read_on``); None without a store or for DLedger."""
+    """Where the next start scans from, before which ``dump`` reads past damage; None without a store, or DLedger."""
     if store.root is None or store.is_dledger or not store.commitlog.segments:
         return None
     from ..store.nextstart import scan_start_offset
@@ -134,8 +132,7 @@ def next_start_scan(store: Store) -> int | None:
 
 
 def broker_store(b: BrokerInput, config: StoreConfig | None = None) -> Store:
-    """A ``Store`` over one broker's input: its store when one PATH was given, otherwise a
-    commit log of the segments gathered from its PATHs."""
+    """A ``Store`` over one broker's input: its store for one PATH, else a commit log of the segments of its PATHs."""
     config = config or StoreConfig()
     if len(b.paths) == 1:
         return Store.open(b.paths[0], config, b.version)

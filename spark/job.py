@@ -77,8 +77,7 @@ class JobOptions:
 
     @classmethod
     def from_args(cls, args) -> "JobOptions":
-        """From ``spark/mqtool_scan.py``'s argparse namespace, where a repeatable option is named
-        in the singular (``--topic``: ``topics``)."""
+        """From ``spark/mqtool_scan.py``'s argparse namespace (a repeatable option named in the singular: ``topic``)."""
         values = {f.name: getattr(args, f.name if hasattr(args, f.name) else f.name[:-1]) for f in fields(cls)}
         values = {k: list(v) if isinstance(v, list) else v for k, v in values.items()}
         return cls(**{**values, "since": parse_time(args.since, "--since"), "until": parse_time(args.until, "--until")})
@@ -135,8 +134,7 @@ class Scan:
         self.msg_id_past_end = msg_id_past_end(o.msg_id, inputs, self.config) if o.msg_id is not None else {}
 
     def read(self, body: str = "none", output: str = "messages", **options: str) -> DataFrame:
-        """The ``rocketmq`` data source over the inputs (``output`` and further ``options`` as it
-        takes them), with the job's offset range and filters."""
+        """The ``rocketmq`` data source over the inputs (``output``, ``options``), with the job's offset range and filters."""
         o, each = self.o, [(p, b) for b in self.inputs for p in b.paths]
         given = {"body": body, "output": output, "brokerNames": json.dumps([b.broker for _, b in each]),
                  "brokerVersions": json.dumps([b.version for _, b in each]), "topics": json.dumps(o.topics)}
@@ -182,8 +180,7 @@ class Scan:
 
 
 def msg_id_past_end(msg_id: str, inputs: Sequence[BrokerInput], config: StoreConfig) -> dict[str, str]:
-    """Per broker whose ``--msg-id`` record lies past its next start's end (``nextstart.end_before``), ``mqtool dump --msg-id``'s
-    words for it; that split's rows are dropped."""
+    """Per broker whose ``--msg-id`` record lies past the next start's end, ``mqtool dump``'s words; its rows dropped."""
     from ..store.lookup import past_end_error, read_message
     from ..store.nextstart import end_before
 
@@ -197,8 +194,7 @@ def msg_id_past_end(msg_id: str, inputs: Sequence[BrokerInput], config: StoreCon
 
 
 def checked_messages(spark: SparkSession, paths: Sequence[str], *, split_size: str | None = None, body: str = "none", broker_names: Sequence[str] = ()) -> tuple[DataFrame, list[Rejected]]:
-    """For notebooks: the ``rocketmq`` messages of ``paths`` without the rows of splits failing the handoff check (one extra pass,
-    none with one split per segment)."""
+    """For notebooks: the messages of ``paths`` without the rows of splits failing the handoff check (one extra pass)."""
     spark.dataSource.register(RocketMQDataSource)
     o = JobOptions(paths=list(paths), output="", split_size=split_size, body=body, broker_names=list(broker_names))
     scan = Scan(spark, o, prepare(o))
@@ -258,8 +254,7 @@ class Output:
         return f"part-{partition:05d}-{run}{PART_EXTENSIONS.get(self.codec_name, '')}.parquet"
 
     def write_table(self, table: pa.Table, name: str) -> str:
-        """Write a small table the driver holds as ``name``, one file: with pyarrow when it can
-        (no Spark job), else with Spark's writer like the other outputs."""
+        """Write a small driver-side table as ``name``, one file: with pyarrow when it can, else Spark's writer."""
         if not self.pyarrow_writes:
             return self.write(self.spark.createDataFrame(table), name, single=True)
         target = self.fresh_dir(name)
@@ -312,8 +307,7 @@ class Output:
 
 
 def run_messages(scan: Scan, out: Output) -> dict:
-    """``messages``: written by the tasks (``--writer``; default Parquet to a path in a codec pyarrow has), else by Spark's
-    writer, which costs more CPU (BENCHMARKS.md)."""
+    """``messages`` written by the tasks (``--writer``; Parquet in a pyarrow codec), else by Spark's writer (BENCHMARKS.md)."""
     if scan.o.writer == "python" and not out.pyarrow_writes:
         raise UsageError(f"--writer python: needs --format parquet, an output path (a mount every executor shares; not a URI) and a "
                          f"codec pyarrow writes (spark.sql.parquet.compression.codec={out.codec_name})")
@@ -414,8 +408,7 @@ QUEUE_PRINT_OPTIONAL = ["first_store_time", "last_store_time", "crc_failures", "
 
 
 def broker_rows(scan: Scan, totals: dict[str, dict], splits, rejected) -> list[dict]:
-    """Per broker: the commit log's min offset (first segment) and logical end (where the chain of
-    its last segment with records ends, or the next segment when that is a blank), totals."""
+    """Per broker: the log's min offset, its logical end (its last records' chain end, or the next segment), totals."""
     bad = {(r.segment[0], r.start) for _, r in rejected}
     ends: dict[str, int] = {}
     for s in splits:
@@ -531,8 +524,7 @@ def report(scan: Scan, out: Output, mode: str, result: dict, elapsed: float) -> 
 
 
 def damage_lines(scan: Scan) -> list[tuple[Damage, str]]:
-    """Each range the read skipped and the damage a log stops at, with ``mqtool dump``'s stderr line for it; a range resuming at
-    or past ``--to-offset`` ends the read there."""
+    """Each range the read skipped and the damage a log stops at, with ``mqtool dump``'s stderr line for it."""
     inputs = {b.broker: b for b in scan.inputs}
     lines = []
     for d in scan.damage:
@@ -602,8 +594,7 @@ def prepare(o: JobOptions) -> list[BrokerInput]:
 
 
 def check_output(root: str) -> None:
-    """A local ``--output`` that cannot be a writable directory is bad input (exit 3), found before
-    the JVM starts (created here, as the writers would create it); a URI is left to Hadoop."""
+    """A local ``--output`` that cannot be a writable directory is bad input (exit 3), before the JVM starts."""
     if not root or "://" in root:
         return
     path = Path(os.path.abspath(root))
@@ -618,8 +609,7 @@ def check_output(root: str) -> None:
 
 
 def run(o: JobOptions, spark: SparkSession | None = None, inputs: list[BrokerInput] | None = None) -> dict:
-    """Run one mode end to end (``inputs``: from ``prepare``, else resolved here); returns the
-    report document (also written as report.json)."""
+    """Run one mode end to end (``inputs``: from ``prepare``, else resolved here); returns the report (also report.json)."""
     inputs = prepare(o) if inputs is None else inputs
     started = time.monotonic()
     spark = spark or session()
@@ -643,8 +633,7 @@ def run(o: JobOptions, spark: SparkSession | None = None, inputs: list[BrokerInp
 
 
 def error_line(exc: BaseException) -> str:
-    """One line for a Spark failure: the Python error inside it when there is one (a worker's
-    traceback travels inside the JVM exception's message), else the message's first line."""
+    """One line for a Spark failure: the Python error inside it, else the message's first line."""
     text = str(exc).strip()
     python_errors = re.findall(r"^(\w+(?:Error|Exception)(?::.*)?)$", text, re.MULTILINE)
     if python_errors:
@@ -653,8 +642,7 @@ def error_line(exc: BaseException) -> str:
 
 
 def prepare_args(args) -> tuple[JobOptions, list[BrokerInput]] | int:
-    """``prepare`` from parsed arguments: the options and inputs, or the exit code of the one
-    line it printed on stderr (2 usage, 3 bad input)."""
+    """``prepare`` from parsed arguments: options and inputs, or the exit code of the stderr line printed (2, 3)."""
     try:
         o = JobOptions.from_args(args)
         return o, prepare(o)

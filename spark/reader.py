@@ -38,8 +38,7 @@ class ScanTask:
         return MessageBatchBuilder(self.broker, legacy_properties=self.legacy_properties, delay_table=parse_delay_levels(self.delay_levels), **options)
 
     def scan(self, **options) -> SplitScan:
-        """The compiled walk of this task's split; a failed read through the map ends the worker with mqtool's SIGBUS line, and
-        freed memory is kept (``allocator.py``)."""
+        """The compiled walk of this split; a failed read through the map is mqtool's SIGBUS line (``allocator.py``)."""
         exit_on_sigbus()
         keep_freed_memory()
         return SplitScan(self.split, **options)
@@ -143,8 +142,7 @@ def _write_row_group(writer: pq.ParquetWriter | None, path: str, tables: list[pa
 
 
 def read_stats(task: ScanTask, match: MessageFilter = MessageFilter()) -> Iterator[pa.RecordBatch]:
-    """The ``stats`` rows of one split (``mqtool.scan.stats``), with its first record and last end for the handoff check (a split
-    with records but none kept yields one row of 0 messages)."""
+    """The ``stats`` rows of one split, with its first record and last end for the handoff check."""
     builder = task.builder(columns=list(dict.fromkeys([*STATS_INPUT, *match.columns()])))
     scan = task.scan(check_crc=True)
     partials = []

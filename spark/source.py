@@ -61,8 +61,7 @@ class ScanOptions:
 
 
 class RocketMQDataSource(DataSource):
-    """RocketMQ commit log messages, one row each (``schema.MESSAGE_COLUMNS``), or per split
-    aggregates of them (``output=stats``)."""
+    """RocketMQ commit log messages, a row each (``schema.MESSAGE_COLUMNS``), or per split aggregates (``output=stats``)."""
 
     @classmethod
     def name(cls) -> str:

@@ -15,8 +15,7 @@ SCHEDULE_TOPIC_BYTES = np.frombuffer(SCHEDULE_TOPIC.encode(), dtype=np.uint8)
 
 
 def dispatch_all(buf, rows, legacy, delay_ms, index_enable, out, out_base, keys, key_fill, numbers, topic_ids):
-    """``dispatch_rows`` over every row, the key buffer doubled whenever it may not fit, known topics looked up into ``topic_ids``
-    (-1 for others). Returns ``(keys, key_fill)``."""
+    """``dispatch_rows`` over all rows, the key buffer doubled as needed; returns ``(keys, key_fill)``."""
     done = 0
     while True:
         done, key_fill = dispatch_rows(buf, rows, done, legacy, SCHEDULE_TOPIC_BYTES, delay_ms, index_enable, out, out_base, keys, key_fill,
@@ -27,8 +26,7 @@ def dispatch_all(buf, rows, legacy, delay_ms, index_enable, out, out_base, keys,
 
 
 def delay_array(delay_table: dict[int, int]) -> np.ndarray:
-    """``delay_ms[level]`` for levels 1..max (index 0 unused); levels missing from a gapped
-    table fall back to 1000 ms like ``computeDeliverTimestamp``."""
+    """``delay_ms[level]`` for levels 1..max; a gapped table's missing levels get 1000 ms (``computeDeliverTimestamp``)."""
     arr = np.full(max(delay_table, default=0) + 1, 1000, dtype=np.int64)
     arr[list(delay_table)] = list(delay_table.values())
     arr[0] = 0

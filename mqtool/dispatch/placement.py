@@ -92,8 +92,7 @@ class IndexPlacement:
         return ixfmt.IndexHeader(*(int(v) for v in self.hdr[:6]))
 
     def put_batch(self, phys, store_ts, indexable, key_start, key_count, keys) -> None:
-        """Dispatch a run of records in commit log order, keys ``keys[key_start[i]:+key_count[i]]``, the columns made contiguous
-        for ``index_records``."""
+        """Dispatch a run of records in log order, keys ``keys[key_start[i]:+key_count[i]]``, columns made contiguous."""
         phys, store_ts, key_start, key_count = (np.ascontiguousarray(a, dtype=np.int64) for a in (phys, store_ts, key_start, key_count))
         indexable, keys = np.ascontiguousarray(indexable, dtype=np.bool_).view(np.uint8), np.ascontiguousarray(keys, dtype=np.int64)
         rec, key = 0, 0
@@ -110,8 +109,7 @@ class IndexPlacement:
                 self._roll(int(store_ts[rec]))
 
     def _append(self, first: int, added: int) -> None:
-        """The entries ``index_records`` left in the entry buffer, from entry number ``first``:
-        nothing to do where nothing is written."""
+        """The entries ``index_records`` left in the entry buffer from entry number ``first``; nothing where none is written."""
 
     def put_request(self, request: DispatchRequest) -> None:
         keys = [index_key_hash(k) for k in request.index_keys()]

@@ -39,8 +39,7 @@ def _partial_keys(keys: list[str]) -> np.ndarray:
 
 
 class TopicTable:
-    """Topic ids for topic byte strings, shared by those decoding to the same Java string (as their queue in the broker);
-    ``state[id]``: the unsigned Java hash state of ``topic + "#"``."""
+    """Topic ids for topic bytes, one per Java string; ``state[id]``: the unsigned hash state of ``topic + "#"``."""
 
     def __init__(self):
         self.names: list[str] = []
@@ -70,8 +69,7 @@ STAGES = {"recovery": "recovery scan", "reput": "dispatch", "served": "rebuild s
 
 @dataclass
 class DispatchBatch:
-    """Dispatch requests of consecutive valid records (arrays, one row each). ``F_POS`` holds
-    each record's commit log offset; ``F_KEY_START`` points into ``keys``."""
+    """Dispatch requests of consecutive records, a row each: ``F_POS`` the record's offset, ``F_KEY_START`` into ``keys``."""
 
     fields: np.ndarray  # (n, fd.N_FIELDS) int64
     keys: np.ndarray  # index key hashes
@@ -155,8 +153,7 @@ class DispatchOptions:
 
 
 class _Accumulator:
-    """Rows one walk dispatches sub-batch by sub-batch, handed out as ``DispatchBatch`` es of
-    ``size``; ``numbers`` numbers their topics (the walk's own: a table no other thread changes)."""
+    """A walk's dispatched rows, handed out as ``DispatchBatch`` es of ``size``; ``numbers``: the walk's topic numbers."""
 
     def __init__(self, size: int, sub: int, topics: TopicTable):
         self.size, self.sub = size, sub
@@ -205,8 +202,7 @@ class DispatchScanner:
     shown: "WalkedChain | None" = None  # shown every walked sub-batch before its dispatch (``walkedchain``)
 
     def __iter__(self) -> Iterator[DispatchBatch]:
-        """The batches, walked and parsed in a background thread while the caller consumes them
-        (how far they reach told to whoever listens, ``activity``)."""
+        """The batches, walked in a background thread while the caller consumes them, progress told (``activity``)."""
         batches = produced_in_thread(self._produce_ahead() if self._parallel() else self._produce_from(self.start), "mqtool-dispatch")
         yield from activity.reached_by(batches, STAGES[self.discipline], self.start, lambda: self.commitlog.end_of_writes(self.stop))
 
@@ -259,8 +255,7 @@ class DispatchScanner:
         return False, scan.end
 
     def _last_segment(self) -> int | None:
-        """The index of the range's last segment: the log's last with no ``stop``, the one before
-        the segment that starts at ``stop``; None when ``stop`` is not a segment's first byte."""
+        """The range's last segment index: the last, or the one before ``stop``'s; None if ``stop`` starts none."""
         segments = self.commitlog.segments
         if self.stop is None:
             return len(segments) - 1
@@ -299,8 +294,7 @@ class DispatchScanner:
             return
 
     def _ahead_run(self, pos: int, last: int) -> Iterator[DispatchBatch]:
-        """The chain from ``pos`` through the segments up to ``last``, each next one ahead;
-        returns ``(crossed, end)``: whether it crossed segment ``last``, else where it ended."""
+        """The chain from ``pos`` to segment ``last``, each next one ahead; returns ``(crossed, end)``."""
         index = self.commitlog.segment_index(pos)
         ahead = _Ahead(self, index + 1) if index < last else None  # ``last`` is a segment's index
         job = None
@@ -550,8 +544,7 @@ class DispatchCache:
         self.phases.setdefault(phase, []).append(entry)
 
     def batches(self, phase: int) -> Iterator[DispatchBatch] | None:
-        """The batches of ``phase`` in order (read back and unpacked in a background thread, a
-        batch or two ahead of the caller), or None when the cache gave up."""
+        """The batches of ``phase`` in order, read back in a background thread, or None when the cache gave up."""
         return produced_in_thread((read_spilled(e) for e in self.phases.get(phase, [])), "mqtool-dispatch-cache") if self.enabled else None
 
     def _give_up(self) -> None:

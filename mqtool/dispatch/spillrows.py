@@ -56,8 +56,7 @@ def pack(fields: np.ndarray, topic_ids: np.ndarray, keys: np.ndarray, groups: Qu
 
 
 class Columns:
-    """The spilled bytes of a batch read as its column blocks (views, no copy): what the writers
-    read of a batch without its row-major ``fields`` (``unpack`` builds them)."""
+    """A spilled batch's bytes as column block views: what the writers read, without the row-major ``fields``."""
 
     def __init__(self, data, rows: int, keys: int, groups: int):
         self.buf = np.frombuffer(data, dtype=np.uint8, count=spill_size(rows, keys, groups))
@@ -73,8 +72,7 @@ class Columns:
         return group_unpacked(group_keys.astype(np.int64), starts.astype(np.int64), dest.astype(np.int32), self.wide, self.narrow, self.flags, WIDE, NARROW)
 
     def unpack(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(fields, topic_ids, keys)``: every field row-major (``F_KEY_START`` the running sum
-        of the key counts, the topic byte columns zero), the topic ids and the keys as int64."""
+        """``(fields, topic_ids, keys)``: the row-major fields (topic bytes zero), the topic ids and the keys as int64."""
         fields = np.empty((self.rows, fd.N_FIELDS), dtype=np.int64)
         topic_ids = np.empty(self.rows, dtype=np.int32)
         out_keys = np.empty(self.n_keys, dtype=np.int64)

@@ -35,8 +35,7 @@ class TopicNumbers:
         self.known = tuple(a.copy() for a in self._tables())
 
     def number(self, buf: np.ndarray, out: np.ndarray, lo: int, hi: int, topic_ids: np.ndarray) -> None:
-        """``topic_ids[lo:hi]`` for the dispatched rows ``out[lo:hi]`` of ``buf`` that
-        ``dispatch_rows`` left at -1, in walk order."""
+        """``topic_ids[lo:hi]`` of the rows ``out[lo:hi]`` that ``dispatch_rows`` left at -1, in walk order."""
         r, learned = lo, self.count
         while True:
             r = number_topics(buf, out, r, hi, *self._tables(), topic_ids)

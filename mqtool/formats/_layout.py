@@ -27,8 +27,7 @@ class FixedLayout(NamedTuple):
 
 
 def written(*fields: tuple[str | None, str]) -> FixedLayout:
-    """A layout written out field by field: ``(name, struct code)``, big-endian, ``None`` naming
-    padding (as ``derive_fixed`` does for a ``Padding``)."""
+    """A layout written out: ``(name, struct code)`` fields, big-endian, ``None`` naming padding (as ``derive_fixed``)."""
     codes, names, offsets, pos = [">"], [], {}, 0
     for name, code in fields:
         codes.append(code)
@@ -40,8 +39,7 @@ def written(*fields: tuple[str | None, str]) -> FixedLayout:
 
 
 def declared_on_use(module: str, declare: Callable[[], dict[str, Any]], names: tuple[str, ...]):
-    """A module ``__getattr__`` (PEP 562) that runs ``declare`` (which imports ``construct`` and
-    returns the module's schemas by name) the first time one of ``names`` is read."""
+    """A module ``__getattr__`` (PEP 562) running ``declare`` (construct) the first time one of ``names`` is read."""
 
     def __getattr__(name: str):
         if name not in names:

@@ -92,8 +92,7 @@ __getattr__ = declared_on_use(__name__, _declare, ("CommitLogMessageStruct", "Co
 
 
 def _header(born_host: str, store_host: str) -> FixedLayout:
-    """TOTALSIZE .. BODYLEN for one pair of host address widths (``4s`` or ``16s``):
-    ``derive_fixed(CommitLogMessageStruct, {"sys_flag": ...}, stop_at="body")``."""
+    """TOTALSIZE .. BODYLEN for one pair of host widths: ``derive_fixed(CommitLogMessageStruct, ..., stop_at="body")``."""
     return written(
         ("total_size", "l"), ("magic_code", "l"), ("body_crc", "l"), ("queue_id", "l"), ("flag", "l"),
         ("queue_offset", "q"), ("phys_offset", "q"), ("sys_flag", "l"), ("born_timestamp", "q"),
@@ -137,8 +136,7 @@ _RECORD_FIELDS = ("offset", *_IPV4_HEADER.names, "body", "topic_length", "topic"
 
 
 class CommitLogRecord(namedtuple("CommitLogRecord", _RECORD_FIELDS)):
-    """A decoded message record: ``offset`` (where it was found) and every stored field, as ``CommitLogMessageStruct.parse`` names
-    them."""
+    """A decoded message record: ``offset`` and every stored field, named as by ``CommitLogMessageStruct.parse``."""
 
     __slots__ = ()
 
@@ -237,8 +235,7 @@ def decode_record(buf, pos: int = 0, base_offset: int = 0, end: int | None = Non
 
 
 def encode_message(record: CommitLogRecord | dict, *, compute_crc: bool = False) -> bytes:
-    """A message record's bytes from its fields (``decode_record``'s inverse): sizes recomputed as the broker's encoder does;
-    ``compute_crc`` recomputes BODYCRC too."""
+    """A message record's bytes (``decode_record``'s inverse), sizes recomputed; ``compute_crc``: BODYCRC too."""
     f = record._asdict() if isinstance(record, CommitLogRecord) else dict(record)
     body, topic, properties = bytes(f["body"]), bytes(f["topic"]), bytes(f["properties"])
     magic = f.get("magic_code", MESSAGE_MAGIC_V1)

@@ -72,8 +72,7 @@ def topic_names(topics_doc: dict[str, Any]) -> set[str]:
 
 
 def consumer_offsets(offsets_doc: dict[str, Any]) -> dict[tuple[str, str, int], int]:
-    """``{"<topic>@<group>": {<queueId>: offset}}`` as ``{(topic, group, queue_id): offset}``
-    (fastjson writes the queue ids bare; quoted ones are read too)."""
+    """``{"<topic>@<group>": {<queueId>: offset}}`` as ``{(topic, group, queue_id): offset}`` (bare or quoted ids)."""
     result = {}
     for topic_group, queues in (offsets_doc["offsetTable"] or {}).items():  # null: NULL_TABLE_KEPT
         topic, _, group = str(topic_group).rpartition("@")
@@ -88,8 +87,7 @@ def delay_offsets(offsets_doc: dict[str, Any]) -> dict[int, int]:
 
 
 def _java_number(value: Any, bits: int) -> int:
-    """A map key (``bits=32``) or value (64) as fastjson converts it; ``ValueError`` where it throws (overflow, a string Java's
-    parse refuses, null)."""
+    """A map key (``bits=32``) or value (64) as fastjson converts it; ``ValueError`` where it throws."""
     if value is None:
         raise ValueError("null")
     if isinstance(value, str):

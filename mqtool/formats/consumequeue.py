@@ -52,8 +52,7 @@ def filler_at(phys_offset: int) -> tuple[int, int, int]:
 
 
 def is_filler(phys_offset, size, tags_code):
-    """A filler unit, size 2147483647 and tags code 0 at any offset >= 0 (``FILLER``, ``filler_at``; no record has that size);
-    ints or numpy arrays (elementwise)."""
+    """A filler unit: size 2147483647 and tags code 0 at any offset >= 0 (``FILLER``); ints or numpy arrays."""
     return (phys_offset >= 0) & (size == FILLER_SIZE) & (tags_code == FILLER[2])
 
 
@@ -81,6 +80,5 @@ def is_ext_address(tags_code: int) -> bool:
 
 
 def unit_position(queue_offset: int) -> int:
-    """``putMessagePositionInfo``'s ``expectLogicOffset``: ``cqOffset * CQ_STORE_UNIT_SIZE`` as a Java long,
-    wrapped around for a damaged QUEUEOFFSET (reference §5.10)."""
+    """``expectLogicOffset``: ``cqOffset * CQ_STORE_UNIT_SIZE`` as a Java long, wrapping for a damaged QUEUEOFFSET (§5.10)."""
     return (queue_offset * ENTRY_SIZE + (1 << 63)) % (1 << 64) - (1 << 63)

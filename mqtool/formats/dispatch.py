@@ -83,16 +83,14 @@ def is_indexed(sys_flag: int, rule: int = INDEX_UNIQ_AND_KEYS) -> bool:
 
 
 def indexed_keys(sys_flag: int, uniq_key: str | None, keys: list[str] | tuple[str, ...], rule: int = INDEX_UNIQ_AND_KEYS) -> list[str]:
-    """The keys ``buildIndex`` puts for a record, in put order, without the ``topic#`` prefix:
-    UNIQ_KEY (not under ``INDEX_KEYS_ONLY``), then each KEYS token; none if it is not indexed."""
+    """The keys ``buildIndex`` puts for a record, in order, unprefixed: UNIQ_KEY (unless ``INDEX_KEYS_ONLY``), KEYS."""
     if not is_indexed(sys_flag, rule):
         return []
     return ([uniq_key] if uniq_key is not None and rule == INDEX_UNIQ_AND_KEYS else []) + list(keys)
 
 
 def consume_queue_tags_code(topic: str, properties: Mapping[str, str], store_timestamp: int, delay_table: Mapping[int, int]) -> int:
-    """The tagsCode ``checkMessageAndReturnSize`` computes (an empty ``delay_table`` reproduces
-    4.9.2-4.9.8 abnormal recovery, where the table is not loaded yet: §3.5)."""
+    """``checkMessageAndReturnSize``'s tagsCode (empty ``delay_table``: 4.9.2-4.9.8 abnormal recovery, §3.5)."""
     code = hash_tags(properties.get(PropertyKey.TAGS))
     delay = properties.get(PropertyKey.DELAY)
     if topic == SCHEDULE_TOPIC and delay is not None:

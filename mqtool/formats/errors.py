@@ -22,13 +22,11 @@ class TruncatedRecord(FormatError):
 
 
 class CorruptRecord(FormatError):
-    """The record's fields are impossible (bad magic code, negative topic length...): ``checkMessageAndReturnSize``'s ``(-1,
-    false)``."""
+    """Impossible fields (bad magic code, negative length...): ``checkMessageAndReturnSize``'s ``(-1, false)``."""
 
 
 class LengthMismatch(CorruptRecord):
-    """TOTALSIZE differs from its fields' sum ("[BUG]read total count not equals msg total size"): recovery truncates there, the
-    reput skips ``total_size``."""
+    """TOTALSIZE is not its fields' sum ("[BUG]read total count not equals msg total size", the broker's half message)."""
 
     def __init__(self, position: int, total_size: int, computed: int):
         super().__init__(position, f"total size {total_size} != {computed} from the record's fields")

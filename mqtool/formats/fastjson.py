@@ -89,8 +89,7 @@ class _Parser:
         return [self.value() for _ in self.items("]", "array")]
 
     def items(self, close: str, what: str) -> Iterator[None]:
-        """Yield where each item of the container opened at ``pos`` starts, until ``close``;
-        extra commas are skipped (AllowArbitraryCommas: ``{,"a":1,,}``)."""
+        """Yield where each item of the container at ``pos`` starts, until ``close``, skipping extra commas."""
         self.pos += 1
         while True:
             ch = self.peek()

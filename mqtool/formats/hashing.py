@@ -1,5 +1,4 @@
-"""Checksums and hashes the broker computes, bit for bit: ``body_crc`` (reference §2.7), ``java_string_hash`` (§3.4),
-``tags_code`` (§3.4) and ``index_key_hash`` (§6.4)."""
+"""Checksums and hashes the broker computes, bit for bit (reference §2.7, §3.4, §6.4)."""
 
 from __future__ import annotations
 

@@ -44,8 +44,7 @@ PROP_CRC_LEN = len(PROP_CRC_KEY) + 10 + 1
 
 
 def parse_properties(raw: bytes | memoryview, *, legacy: bool = False) -> dict[str, str]:
-    """Parse a stored properties string as the broker does (``legacy``: the 4.0.0-4.9.0 reader); later duplicates overwrite
-    earlier ones."""
+    """A stored properties string as the broker parses it (``legacy``: the 4.0.0-4.9.0 reader); later duplicates win."""
     text = bytes(raw).decode("utf-8", "replace")  # as Java's new String(bytes, UTF_8): malformed input -> U+FFFD
     result: dict[str, str] = {}
     if not text:

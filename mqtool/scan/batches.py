@@ -100,8 +100,7 @@ def projected_schema(columns) -> pa.Schema:
 
 
 class MessageBatchBuilder:
-    """Builds ``messages`` batches for one broker's store (its property reader and delay table, as ``message_dict``), of
-    ``columns`` only when given, computing nothing else."""
+    """Builds ``messages`` batches for one broker's store (as ``message_dict``), only of ``columns`` when given."""
 
     def __init__(self, broker: str, *, legacy_properties: bool = False, delay_table=DEFAULT_DELAY_TABLE, body: BodyEncoding = BodyEncoding.none, decompress: bool = False, columns=None, force_python: bool = False):
         self.broker = broker
@@ -241,8 +240,7 @@ class MessageBatchBuilder:
         return compute.numbers(codes, pa.int64(), valid)
 
     def _bodies(self, array: np.ndarray, rows: np.ndarray, sys_flag: np.ndarray, offsets: np.ndarray) -> pa.Array:
-        """``encode_body`` of each body: base64, hex and UTF-8 by ``kernels.body_text`` into the Arrow buffers; sha256,
-        ``--decompress`` and non-UTF-8 bodies by ``encode_body`` itself."""
+        """``encode_body`` per body: base64, hex, UTF-8 by ``kernels.body_text``; the rest by ``encode_body``."""
         if self.body is BodyEncoding.none:
             return pa.nulls(len(rows), pa.string())
         starts, lengths = rows[:, fs.COL_BODY], rows[:, fs.COL_BODY_LEN]

@@ -83,8 +83,7 @@ class MessageScan:
         return batch if self.then is None else (batch, self.then(batch))
 
     def _released_batch(self, segment_batch: SegmentBatch):
-        """``build``, then the pages its records lie in dropped from this process (the builder
-        faulted back in those the walk had already released)."""
+        """``build``, then the pages of its records dropped again (the builder faulted back what the walk released)."""
         try:
             return self.build(segment_batch)
         finally:

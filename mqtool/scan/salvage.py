@@ -146,8 +146,7 @@ class SalvageScan:
         return batch.append_column("status", pa.repeat(status, batch.num_rows))
 
     def _stretches(self, cut: ScanEnd, last_ts: int | None, served: int) -> Iterator[Stretch]:
-        """Runs of valid records after ``cut``, classified, in offset order: live before
-        ``served`` (the broker's next start reads on past damage before its start segment)."""
+        """Runs of valid records after ``cut``, classified, in offset order: live before ``served``."""
         segments = self.store.commitlog.segments
         first = self.store.commitlog.segment_index(cut.offset)
         if first is None:  # the cut is the end of the last segment
@@ -210,8 +209,7 @@ class SalvageScan:
 
     @staticmethod
     def _add_run(report: SegmentReport, run: Run, unread: int) -> int:
-        """``run`` into ``report`` when it holds records, the bytes since the last run (``unread``) a gap before it; returns
-        the first byte after the last run."""
+        """``run`` into ``report`` if it holds records, the bytes since the last run a gap; returns the end of the last run."""
         if not run.records:
             return unread
         if run.start > unread:

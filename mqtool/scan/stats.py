@@ -111,8 +111,7 @@ def _int64(column) -> np.ndarray:
 
 
 def aggregate(t: pa.Table, period_ms: int = HOUR_MS) -> pa.Table:
-    """One table of messages (``STATS_INPUT`` columns, ``born_timestamp`` too if it has one)
-    aggregated per topic, queue and period (start, epoch ms): the ``BASE_AGGREGATES``."""
+    """One table of messages (``STATS_INPUT``) aggregated per topic, queue and period (``BASE_AGGREGATES``)."""
     encoded = compute.dictionary_encode(t["topic"]).combine_chunks()
     store_ts = _int64(t["store_timestamp"])
     columns = {
@@ -252,8 +251,7 @@ _COMBINE = {"sum": lambda a, b: a + b, "min": min, "max": max}
 
 
 def grouped(table: pa.Table, keys: list[str], aggregates: list[tuple[str, str]]) -> list[dict]:
-    """``table.group_by(keys).aggregate(aggregates)`` as rows in Python (nulls skipped; none: null): the tables are small, and
-    Arrow's grouping would import acero."""
+    """``table.group_by(keys).aggregate(aggregates)`` as rows in Python: small tables, no acero import."""
     groups: dict[tuple, dict] = {}
     names = [(column, op, f"{column}_{op}") for column, op in aggregates]
     for row in table.to_pylist():

@@ -80,8 +80,7 @@ def _hex_upper(values: pa.Array) -> pa.Array:
 
 
 class IdMatcher:
-    """Which values of a string column are among the ids: hashes sorted once, probed per batch by binary search and confirmed by
-    string (Arrow's ``is_in`` rehashes the set per call)."""
+    """Which values of a string column are ids: sorted hashes probed per batch, confirmed by string (no rehash)."""
 
     def __init__(self, ids: list[str]):
         self.ids = pa.array(ids, pa.string())
@@ -110,8 +109,7 @@ class IdMatcher:
 
 
 def _held(queue: QueueAfter, logical: np.ndarray, offset: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """Per record (logical offset, commit log offset, size): whether a unit of ``queue`` below its end holds it, at ``logical`` or
-    placed from ``placed_from`` on; reads only those files."""
+    """Per record: whether a unit of ``queue`` below its end holds it, at ``logical`` or placed from ``placed_from``."""
     ok = np.zeros(len(logical), dtype=bool)
     end, file_size = queue.end, queue.file_size
     inside = np.flatnonzero((logical >= 0) & (logical < end))
@@ -134,8 +132,7 @@ def _held(queue: QueueAfter, logical: np.ndarray, offset: np.ndarray, size: np.n
 
 @dataclass
 class SurvivorChunk:
-    """Consecutive ids' rows as columns: ``code`` indexes ``STATUSES``, ``topic`` the search's
-    ``topics``; where ``found`` is false (missing) the location columns hold nothing meaningful."""
+    """Consecutive ids' rows as columns (``code`` into ``STATUSES``); location columns meaningless where not found."""
 
     ids: list[str]
     id_array: pa.Array
@@ -165,8 +162,7 @@ class QueueAfter(Protocol):
 
 
 class _OnDisk:
-    """A consume queue as on disk, as a ``QueueAfter``: its units as they are, below its recovered end
-    (``ConsumeQueue.recover``, §5.7), none placed elsewhere."""
+    """A consume queue as on disk as a ``QueueAfter``: its units below its recovered end (§5.7), none placed elsewhere."""
 
     placed_from = None
 
@@ -216,8 +212,7 @@ class SurvivorSearch:
 
     def __init__(self, store: Store, ids: list[str], kind: IdKind, progress: Callable[[int], None] | None = None,
                  queues: QueuesAfter | Callable[[NextStart | None], QueuesAfter] = ON_DISK):
-        """``queues``: what consumability is judged against, or a function of the broker's next start
-        (the scan's, ``SalvageScan.next_start``) giving it once the scan has run."""
+        """``queues``: what consumability is judged on, or a function of the scan's next start giving it."""
         self.store = store
         self.kind = kind
         ids = [i.upper() if kind is IdKind.msg_id or (kind is IdKind.uniq_key and _HEX_ID.fullmatch(i)) else i for i in ids]
@@ -229,8 +224,7 @@ class SurvivorSearch:
         self.id_array: pa.Array | None = None
 
     def _hits(self) -> dict[str, np.ndarray]:
-        """Every record carrying one of the ids, as arrays: ``who`` (index of the id), ``topic``
-        (index into ``self.topics``), ``region`` (index into ``REGIONS``) and a few fields."""
+        """Every record carrying an id, as arrays: ``who``, ``topic``, ``region`` (``REGIONS``) and a few fields."""
         matcher = IdMatcher(self.ids)
         self.id_array = matcher.ids
         column = self.kind.column
@@ -307,8 +301,7 @@ class SurvivorSearch:
         return first
 
     def rows(self) -> Iterator[dict]:
-        """Search, then one dict per distinct id (``ROW_FIELDS``), in input order (``summary`` is
-        complete once the first is yielded)."""
+        """Search, then a dict per distinct id (``ROW_FIELDS``), in input order (``summary`` complete from the first)."""
         missing = (MISSING, None, None, None, None, None, 0, None)
         for c in self.chunks():
             found = c.found.tolist()  # false: missing (no hit, so no topic to look up)
@@ -319,8 +312,7 @@ class SurvivorSearch:
                 yield dict(zip(ROW_FIELDS, (id_, *(row if f else missing))))
 
     def chunks(self, chunk: int = 65536) -> Iterator[SurvivorChunk]:
-        """Search, then return the rows as columns, ``chunk`` ids at a time, in input order
-        (``summary`` is complete when this returns)."""
+        """Search, then the rows as columns, ``chunk`` ids at a time, in input order (``summary`` complete on return)."""
         hits = self._hits()
         n_ids = len(self.ids)
         who = hits["who"]

@@ -159,8 +159,7 @@ class TimerWalk:
 
 
 def _delivered(deliveries: dict[str, list[tuple[int, str]]], identity: str | None, real_topic: str | None, offset: int) -> int | None:
-    """Where the timer record at ``offset`` was delivered (``state`` ``delivered``): the first record of its real topic
-    carrying its identity after it (``TimerWalk``); None if none."""
+    """Where the timer record at ``offset`` was delivered: the first later record of its real topic with its identity."""
     return next((o for o, t in deliveries.get(identity, ()) if t == real_topic and o > offset), None)
 
 
@@ -258,14 +257,12 @@ class Resume(NamedTuple):
 
     @property
     def past_end(self) -> bool:
-        """Past the queue's end (the queue lost its tail): 5.0.0-5.3.1 wait there and never enqueue what the queue gets before
-        it reaches it; 5.3.2+ resume at the end."""
+        """Past the queue's lost end: 5.0.0-5.3.1 wait there, never enqueuing what it gets before; 5.3.2+ resume at the end."""
         return self.queue_end is not None and self.offset > self.queue_end
 
     @property
     def requeued(self) -> bool:
-        """The enqueue goes on from the message of the log's last unit or before it, enqueuing the later ones again (a cut or
-        damaged tail's too: nothing lost)."""
+        """The enqueue resumes at or before the last unit's message, enqueuing the later ones again: nothing lost."""
         return self.after_unit and not self.past_end
 
 

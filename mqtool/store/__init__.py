@@ -1,5 +1,4 @@
-"""The read-only store model: open a store directory, list and map its files, iterate records. Imports ``formats`` only; nothing
-here opens a file for writing."""
+"""The read-only store model: open a store, list and map its files, iterate records; imports ``formats`` only."""
 
 from .commitlog import ScanEnd, Segment
 from .config import StoreConfig, load_broker_config

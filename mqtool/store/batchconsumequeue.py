@@ -66,8 +66,7 @@ class BatchConsumeQueue(FileQueue):
         return None
 
     def recover(self) -> int:
-        """``BatchConsumeQueue.recover``: the consume queue loop (§5.7) with the four-part rule;
-        the byte offset of the first invalid unit (``processOffset``)."""
+        """``BatchConsumeQueue.recover`` (§5.7, the four-part rule): the byte offset of the first invalid unit."""
         for base, path in self.files[-3:]:
             stop = first_invalid(self.units(path))
             if stop * UNIT_SIZE < self.file_size or path == self.files[-1][1]:
@@ -97,8 +96,7 @@ def first_invalid(units: "np.ndarray") -> int:
 
 
 def infer_batch_queue_file_size(directory: Path) -> int:
-    """The configured file size: the largest unit-multiple file size under ``batchconsumequeue/``
-    (every file but a queue's newest is full), else the broker's default."""
+    """The configured file size: the largest unit-multiple file size under ``batchconsumequeue/``, else the default."""
     size = max(queue_file_sizes(directory), default=DEFAULT_FILE_SIZE)
     if size % UNIT_SIZE:
         raise BadStoreFile(f"{directory}: batch consume queue files are {size} bytes, not a multiple of {UNIT_SIZE}")

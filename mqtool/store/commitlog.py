@@ -227,8 +227,7 @@ class CommitLog:
         return None if index is None or index + 1 >= len(self.segments) else self.segments[index + 1].base_offset
 
     def segments_from(self, offset: int) -> Iterator[tuple[int, Segment, int]]:
-        """``(index, segment, position)`` of each segment from the one holding ``offset`` (read from
-        ``offset``) to the last (read from 0); nothing when no segment holds ``offset``."""
+        """``(index, segment, position)`` from the segment holding ``offset`` to the last; nothing if none holds it."""
         first = self.segment_index(offset)
         for i in range(len(self.segments) if first is None else first, len(self.segments)):
             yield i, self.segments[i], offset - self.segments[i].base_offset if i == first else 0
@@ -238,8 +237,7 @@ class CommitLog:
         return CommitLogScan(self, self.min_offset if start is None else start, stop, check_crc)
 
     def resume_after_damage(self, end: ScanEnd) -> int | None:
-        """Where the log goes on after a walk that stopped at ``end`` (``resync.resume_after``), or None;
-        asked only where the broker serves past the damage (before its recovery's start)."""
+        """Where the log goes on after ``end`` (``resync.resume_after``), asked only where the broker serves past it."""
         from .resync import resume_after  # the compiled resync: only where a walk stopped at damage
 
         return resume_after(self, end.offset + 1)

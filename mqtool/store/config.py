@@ -36,8 +36,7 @@ class StoreConfig:
 
 
 class _Settings(dict):
-    """A parsed broker.conf that notes each key asked for that it holds (``read``): the settings the
-    file gave, known from the reads themselves, not from a second list of them."""
+    """A parsed broker.conf noting each key read (``read``): the settings given, known from the reads themselves."""
 
     def __init__(self, items: dict[str, str]):
         super().__init__(items)

@@ -42,8 +42,7 @@ def numpy_dtype(layout: FixedLayout) -> "np.dtype":
 
 @cache
 def unit_dtype() -> "np.dtype":
-    """A consume queue unit as a numpy record (``phys_offset``, ``size``, ``tags_code``), made on
-    first use: numpy loads only where units are read as arrays, not for a single lookup."""
+    """A consume queue unit's numpy record, made on first use: a single lookup loads no numpy."""
     return numpy_dtype(fmt.ENTRY_LAYOUT)
 
 
@@ -110,8 +109,7 @@ class ConsumeQueue(FileQueue):
         return read_units(path, self.file_size)
 
     def entries(self, start_queue_offset: int = 0) -> Iterator[fmt.ConsumeQueueEntry]:
-        """Entries from ``start_queue_offset`` until the first invalid unit (``offset < 0`` or
-        ``size <= 0``), across files. Filler units are yielded (``entry.is_filler``)."""
+        """Entries from ``start_queue_offset`` to the first invalid unit, across files, fillers included."""
         start = start_queue_offset * ENTRY_SIZE
         for base, path in self.files:
             if base + self.file_size <= start:
@@ -145,8 +143,7 @@ class ConsumeQueue(FileQueue):
         return runs
 
     def unit_file(self, queue_offset: int) -> Path:
-        """The file of the queue holding the unit of ``queue_offset``, there or not: named by its first unit's byte offset
-        (``MappedFileQueue.findMappedFileByOffset``)."""
+        """The file holding ``queue_offset``'s unit, there or not: named by its first unit's byte offset."""
         logical = queue_offset * ENTRY_SIZE
         return self.directory / offset_file_name(logical - logical % self.file_size)
 
@@ -225,8 +222,7 @@ def _open(path: Path):
 
 
 def read_unit(path: Path, position: int) -> tuple[int, int, int] | None:
-    """``(phys_offset, size, tags_code)`` of the unit at byte ``position`` of one file (one
-    ``pread``), None past the file's end."""
+    """``(phys_offset, size, tags_code)`` of the unit at byte ``position`` of a file (one ``pread``), None past its end."""
     with _open(path) as f:
         data = os.pread(f.fileno(), ENTRY_SIZE, position)
     return fmt.ENTRY.unpack(data) if len(data) == ENTRY_SIZE else None
@@ -255,8 +251,7 @@ def _valid_prefix_of(data) -> tuple[int, tuple[int, int] | None]:
 
 
 def _first_unit_at_or_above(path: Path, units: int, phys_offset: int) -> int | None:
-    """Number of the first of a file's first ``units`` units pointing at or past ``phys_offset``,
-    read a chunk of ``_CHUNK_UNITS`` at a time (fewer where the file is shorter)."""
+    """The first of a file's ``units`` pointing at or past ``phys_offset``, read ``_CHUNK_UNITS`` at a time."""
     with _open(path) as f:
         for first in range(0, units, _CHUNK_UNITS):
             data = os.pread(f.fileno(), min(_CHUNK_UNITS, units - first) * ENTRY_SIZE, first * ENTRY_SIZE)
@@ -269,8 +264,7 @@ def _first_unit_at_or_above(path: Path, units: int, phys_offset: int) -> int | N
 
 
 def infer_queue_file_size(consumequeue_dir: Path, found: list[QueueDirectory] | None = None) -> int | None:
-    """The configured CQ file size: the most common size of the CQ files (a multiple of 20; ``found``: the directory's
-    ``queue_directories``, where they are listed already)."""
+    """The configured CQ file size: the commonest CQ file size (``found``: ``queue_directories``, if listed)."""
     sizes = Counter(queue_file_sizes(consumequeue_dir, found))
     if not sizes:
         return None
@@ -281,8 +275,7 @@ def infer_queue_file_size(consumequeue_dir: Path, found: list[QueueDirectory] | 
 
 
 def queue_file_sizes(directory: Path, found: list[QueueDirectory] | None = None) -> list[int]:
-    """The sizes of the non-empty files of every queue the broker reads under ``directory`` (``queue_directories``, or
-    ``found``)."""
+    """The sizes of the non-empty files of every queue read under ``directory`` (``queue_directories``, or ``found``)."""
     found = queue_directories(directory) if found is None else found
     return [size for d in found if d.read for _, p in offset_named_files(d.path) if (size := p.stat().st_size)]
 
@@ -301,8 +294,7 @@ def _subdirs(directory: Path) -> list[Path]:
 
 
 def queue_id_of(name: str) -> int | None:
-    """A queue directory's id as ``loadConsumeQueue``'s ``Integer.parseInt`` reads it (sign, digits, int32), or None: 4.0.0+ skip
-    the entry, 3.2.6 refuses to start (``topic_strays``)."""
+    """A queue directory's id as ``Integer.parseInt`` reads it, or None (4.0.0+ skip it; 3.2.6 refuses to start)."""
     return java_int_or_none(name)
 
 
@@ -341,8 +333,7 @@ class QueueDirectory(NamedTuple):
 
 
 def queue_directories(directory: Path, listing: TopicListing | None = None) -> list[QueueDirectory]:
-    """Every directory under a ``<topic>/`` of ``directory`` (``listing``: its ``topic_listing``) the broker's load takes a queue
-    id from (``queue_id_of``), by path."""
+    """Every directory under a ``<topic>/`` of ``directory`` the broker's load takes a queue id from, by path."""
     listing = topic_listing(directory) if listing is None else listing
     return [QueueDirectory(t.name, queue_id, Path(e.path)) for t, entries in listing for e in entries
             if e.is_dir() and (queue_id := queue_id_of(e.name)) is not None]

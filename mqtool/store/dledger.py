@@ -68,8 +68,7 @@ class DLedgerLayout:
 
 
 def locate(root: Path, data_path: Path | None = None, self_id: str | None = None) -> DLedgerLayout | None:
-    """The DLedger member under store ``root``: ``dledger-<selfId>/`` (the only one when no id is
-    given), or the data folder ``storePathDLedgerCommitLog`` names. None for a classic store."""
+    """The DLedger member under ``root`` (``dledger-<selfId>/`` or ``storePathDLedgerCommitLog``); None if classic."""
     homes = [root / f"dledger-{self_id}"] if self_id else sorted(p for p in root.glob("dledger-*") if p.is_dir())
     homes = [h for h in homes if h.is_dir()]
     if data_path is not None:
@@ -252,8 +251,7 @@ def entry_problem(header: dfmt.EntryHeader, previous: dfmt.EntryHeader | None) -
 
 
 class EntryScan:
-    """Entry headers in order (blanks move to the next file); afterwards ``end`` says where and
-    why the walk stopped, as ``DLedgerMmapFileStore.recover`` would (no record check)."""
+    """Entry headers in order (a blank moves to the next file), then ``end``, as ``DLedgerMmapFileStore.recover`` walks."""
 
     def __init__(self, commitlog: DLedgerCommitLog, start: int, with_blanks: bool = False):
         self.commitlog = commitlog
@@ -289,8 +287,7 @@ class EntryScan:
 
 
 class DLedgerScan(CommitLogScan):
-    """``CommitLog.scan`` over DLedger entries: the records inside, with the entry checks of
-    §15.4; ``end.offset`` is an entry position (where the broker's recovery cuts)."""
+    """``CommitLog.scan`` over DLedger entries with §15.4's checks; ``end.offset`` is an entry position."""
 
     LAST_BLANK = "blank at the end of the last data file"
 

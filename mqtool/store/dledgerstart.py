@@ -40,8 +40,7 @@ class DataRecovery:
 
 
 def data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
-    """``DLedgerMmapFileStore.recover``'s walk, once per open commit log, for the next start,
-    ``verify.dledger``, ``recovery.dledger`` and ``walk_resume``."""
+    """``DLedgerMmapFileStore.recover``'s walk, once per open commit log, for every reader of the DLedger cut."""
     if cl.recovery_walk is None:
         cl.recovery_walk = _data_recovery(cl)
     return cl.recovery_walk
@@ -228,8 +227,7 @@ class ServedLog:
 
 
 def abnormal_start(store: Store, index_safe: bool | None) -> ScanStart:
-    """``DLedgerCommitLog.isMmapFileMatchedRecover``: from the newest data file backwards, the
-    first whose first record has magic V1 (V2 is not accepted) and a store time in (0, bound]."""
+    """``isMmapFileMatchedRecover``: the newest data file whose first record is V1 with a time in (0, bound]."""
     cl: DLedgerCommitLog = store.commitlog
     offset = len(cl.segments) - len(cl.entry_segments())
     bound, what = abnormal_bound(store, index_safe)

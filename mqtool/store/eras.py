@@ -29,8 +29,7 @@ def relevant_rules(store: Store) -> list[str]:
 
 
 def candidate_groups(store: Store) -> dict[Any, list]:
-    """``{candidate: the eras left that plan this store as it does}``: one candidate (the newest) per set
-    of variants of the rules that can change this store's plan (``relevant_rules``)."""
+    """``{candidate: eras}``: the newest candidate per set of variants of the rules that matter (``relevant_rules``)."""
     relevant = relevant_rules(store)
     by_key: dict[tuple, Any] = {}
     for candidate in sorted(store.version_guess.candidates, reverse=True):

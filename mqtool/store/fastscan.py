@@ -200,8 +200,7 @@ ZERO_WINDOW = 1 << 20
 
 
 def first_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None) -> int:
-    """Position of the first non-zero byte in ``array[start:stop]``, or -1; with the file's
-    descriptor, holes of a sparse file (``SEEK_DATA``) are skipped without reading them."""
+    """Position of the first non-zero byte in ``array[start:stop]``, or -1; with ``fd``, sparse holes are skipped."""
     p = start
     while p < stop:
         if fd is not None:
@@ -243,8 +242,7 @@ def data_end(fd: int, start: int, stop: int) -> int:
 
 
 def last_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None, buf=None) -> int:
-    """Position of the last non-zero byte in ``array[start:stop]``, or -1; with ``fd``, a sparse file's trailing holes are not
-    read; with ``buf``, the searched pages are dropped."""
+    """Position of the last non-zero byte in ``array[start:stop]``, or -1; ``fd``: no trailing holes read; ``buf``: released."""
     q = stop if fd is None else data_end(fd, start, stop)
     while q > start:
         p = max(start, q - ZERO_WINDOW)
@@ -312,8 +310,7 @@ class PagesAhead:
 
 
 def release_pages(buf, start: int, stop: int) -> None:
-    """Drop this process's mapping of the whole pages inside ``[start, stop)`` of a read-only map
-    (``MADV_DONTNEED``; the page cache keeps the data), where madvise is available."""
+    """Drop this process's mapping of the whole pages in ``[start, stop)`` of a read-only map (``MADV_DONTNEED``)."""
     if not isinstance(buf, mmap.mmap):
         return
     first = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE

@@ -1,5 +1,4 @@
-"""Index files and the broker's key lookup over them (reference §6); without broker.conf ``infer_index_geometry`` recovers the
-geometry from a file's own slot chains."""
+"""Index files and the broker's key lookup (reference §6); without broker.conf the geometry is inferred from slot chains."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ class IndexGeometry:
 
 
 class IndexFile:
-    """One index file, mapped read-only with the broker's geometry; bytes a truncated file lacks read as zeros, as in the broker's
-    map of the configured size."""
+    """One index file mapped read-only with the broker's geometry; a truncated file's missing bytes read as zeros."""
 
     def __init__(self, path: Path, geometry: IndexGeometry):
         self.path = Path(path)
@@ -94,8 +92,7 @@ class IndexFile:
 
 
 def query_entries(files: Iterable[IndexFile], topic: str, key: str, max_num: int = fmt.MAX_QUERY_RESULTS, begin: int = 0, end: int = LONG_MAX) -> list[tuple[IndexFile, int, int, int]]:
-    """``IndexService.queryOffset``: newest file first, at most ``min(max_num, 64)`` hits, each
-    ``(file, entry number, phy offset, store time)``."""
+    """``IndexService.queryOffset``: newest file first, at most ``min(max_num, 64)`` ``(file, entry, phy offset, time)`` hits."""
     max_num = min(max_num, fmt.MAX_QUERY_RESULTS)
     full_key = fmt.index_key(topic, key)
     out: list[tuple[IndexFile, int, int, int]] = []
@@ -133,8 +130,7 @@ def _geometry_fits(buf, slots: int, count: int, probes: int = 16) -> bool:
 
 
 def infer_index_geometry(path: Path) -> IndexGeometry:
-    """The (hash_slot_num, index_num) with 40 + 4 s + 20 n == file size whose slot chains fit the
-    content (``_geometry_fits``): the broker's default ratio n = 4 s first, then every other."""
+    """The geometry fitting the file's size and slot chains (``_geometry_fits``), n = 4 s first."""
     size = os.stat(path).st_size
     if size < fmt.HEADER_SIZE:
         raise BadStoreFile(f"{path}: {size} bytes, too short for an index file")
@@ -155,8 +151,7 @@ def infer_index_geometry(path: Path) -> IndexGeometry:
 
 
 def store_index_geometry(paths: list[Path]) -> IndexGeometry | None:
-    """The geometry of a store's index files without broker.conf, inferred from the newest file that shows it; None without index
-    files, ``BadStoreFile`` when none shows it."""
+    """The index geometry without broker.conf, from the newest file showing it; None without files, else ``BadStoreFile``."""
     failure = None
     for path in sorted(paths, key=lambda p: (os.stat(p).st_size, p.name), reverse=True):  # full-size files first
         try:
@@ -220,8 +215,7 @@ _GREGORIAN_CYCLE_MS = 146097 * 86_400_000  # 400 years of the Gregorian calendar
 
 
 def next_index_name(candidate: str, after: str | None) -> str:
-    """``candidate``, or the first name after ``after`` when it would not sort after it (index
-    files are loaded in name order, so a new file must sort after the ones it follows)."""
+    """``candidate``, or the first name after ``after`` where it would not sort after it (files load in name order)."""
     if after is None or candidate > after:
         return candidate
     try:

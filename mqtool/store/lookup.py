@@ -25,8 +25,7 @@ KEY, UNIQ_KEY = "key", "uniq-key"
 
 @dataclass
 class Found:
-    """A lookup result: the commit log offset, how it was found, and the record (None when the
-    broker would not return it: ``error`` says why)."""
+    """A lookup result: the offset, how it was found, the record (None where the broker would not return it: ``error``)."""
 
     offset: int
     source: str  # "index", "unindexed" (after the index's last entry) or "scan" (no index)
@@ -84,8 +83,7 @@ def read_message(store: Store, offset: int) -> tuple[clfmt.CommitLogRecord | Non
 
 
 def read_served(store: Store, offset: int) -> tuple[clfmt.CommitLogRecord | None, str | None]:
-    """``read_message``, less a record the broker's next start cuts off (``nextstart.end_before``): what ``viewMessage``
-    returns once the broker has restarted on these files."""
+    """``read_message`` less a record the next start cuts off: what ``viewMessage`` returns after a restart."""
     record, error = read_message(store, offset)
     cut = None if record is None else end_before(store, record.offset, record.total_size)
     return (record, error) if cut is None else (None, past_end_error(cut))
@@ -100,8 +98,7 @@ def past_end_error(cut: Cut) -> str:
 
 
 def _after_index(store: Store) -> tuple[int | None, int | None]:
-    """The offset of the index's last entry (newest file's ``end_phy_offset``) and of the record
-    after it (None when that entry does not lead to a record)."""
+    """The offset of the index's last entry (``end_phy_offset``) and of the record after it (None: no record there)."""
     files = store.index_files
     if not files or files[-1].header.index_count <= 1:
         return None, None
@@ -227,8 +224,7 @@ def pickup_store_timestamp(store: Store, phys_offset: int, size: int) -> int:
 
 
 class _QueueFile:
-    """One consume queue file with the readable range the broker gives it after load; its units
-    are read one ``pread`` at a time, only those the search visits."""
+    """A consume queue file with its readable range after load; units read one ``pread`` each, only those searched."""
 
     def __init__(self, store: Store, base: int, path, readable: int):
         self.store, self.base, self.path, self.readable = store, base, path, readable
@@ -265,8 +261,7 @@ def queue_range_and_offset_by_time(store: Store, topic: str, queue_id: int, time
 
 
 def _bisect(f: _QueueFile, low: int, high: int, timestamp: int) -> tuple[int, int, int, int, int] | None:
-    """The binary search both versions run: ``(target, left, left_value, right, right_value)``
-    (-1 where none), or None where a unit's record cannot be read (the broker answers 0)."""
+    """Both versions' binary search: ``(target, left, lvalue, right, rvalue)`` (-1: none), None on an unreadable record."""
     target = left = right = left_value = right_value = -1
     min_phys = f.store.commitlog.min_offset
     while high >= low:
@@ -289,8 +284,7 @@ def _bisect(f: _QueueFile, low: int, high: int, timestamp: int) -> tuple[int, in
 
 
 def _search_v4(f: _QueueFile, timestamp: int, min_logic: int) -> int:
-    """4.x ``ConsumeQueue.getOffsetInQueueByTime``: binary search; a time between two entries
-    gives the nearer one (the earlier on a tie); before the first / after the last, that entry."""
+    """4.x ``getOffsetInQueueByTime``: binary search, the nearer entry (earlier on a tie), clamped to the ends."""
     found = _bisect(f, max(min_logic - f.base, 0), f.readable - ENTRY_SIZE, timestamp)
     if found is None:
         return 0
@@ -308,8 +302,7 @@ def _search_v4(f: _QueueFile, timestamp: int, min_logic: int) -> int:
 
 
 def _search_v5(f: _QueueFile, timestamp: int, min_logic: int, file_size: int) -> int:
-    """5.x ``ConsumeQueue.binarySearchInQueueByTime`` with ``BoundaryType.LOWER``: the first entry
-    stored at or after ``timestamp`` (the queue's max offset after the last one)."""
+    """5.x ``binarySearchInQueueByTime`` (``LOWER``): the first entry at or after ``timestamp``, else the max offset."""
     low = max(min_logic - f.base, 0)
     readable = f.readable if 0 < f.readable < file_size else file_size
     ceiling = readable - ENTRY_SIZE

@@ -163,8 +163,7 @@ class StrayEntry:
 
     @property
     def unmounted(self) -> str | None:
-        """Why no mqtool command may move this entry out (``UNMOUNTED``), or None: a dangling symlink named as a file of
-        its folder, a file whose bytes may be on a disk not mounted."""
+        """Why no command may move this entry out (``UNMOUNTED``: a dangling symlink, maybe to an unmounted disk), or None."""
         return f"{self.what}: {unmounted_text(self.path)}" if self.target is not None and self.named_as_file else None
 
     @property
@@ -305,8 +304,7 @@ def exit_on_sigbus(*, worker: bool = False) -> None:
 
 @contextmanager
 def sigbus_says(message: str):
-    """Within the block, a SIGBUS (installed by ``exit_on_sigbus``) prints ``message`` after the
-    usual line's cause: a command that writes says what state the store may be in."""
+    """Within the block a SIGBUS also prints ``message`` (a writing command says what state the store may be in)."""
     if not _sigbus_handled:
         yield
         return
@@ -320,7 +318,6 @@ def sigbus_says(message: str):
 
 
 def inferred_file_size(sizes) -> int:
-    """A mapped file queue's file size without configuration: the most common of ``sizes``; on a tie a power of two (a configured
-    size), then the larger."""
+    """A mapped file queue's size without configuration: the commonest of ``sizes``; on a tie a power of two, then larger."""
     counts = Counter(sizes)
     return max(counts, key=lambda s: (counts[s], s > 0 and s & (s - 1) == 0, s))

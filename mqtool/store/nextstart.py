@@ -36,8 +36,7 @@ ENDS = {  # how the line words each end
 
 @dataclass(frozen=True)
 class NextStart:
-    """The broker's next start: ``mode`` recovery from ``scan_from`` keeps ``[min_offset,
-    logical_end)`` and drops ``dropped_messages`` valid records after it."""
+    """The next start: ``mode`` recovery from ``scan_from`` keeps ``[min_offset, logical_end)``, drops ``dropped_messages``."""
 
     mode: str
     scan_from: int
@@ -90,8 +89,7 @@ class NextStart:
 
     @classmethod
     def of_plan(cls, plan) -> "NextStart | None":
-        """The figures of a ``recover`` plan (``recovery.planners.plan_recover``); None for a plan that is
-        not the broker's recovery (``truncate-dirty``)."""
+        """The figures of a ``recover`` plan (``plan_recover``); None for one that is not the broker's recovery."""
         cl = plan.commitlog
         if plan.mode is None or cl is None:
             return None
@@ -141,8 +139,7 @@ class Cut(NamedTuple):
 
 
 def end_before(store: Store, offset: int, size: int) -> Cut | None:
-    """Where the broker's next start ends the log when that end cuts off the ``size`` bytes at ``offset``, else
-    None (``ends_before`` of that one span)."""
+    """``ends_before`` of the one span of ``size`` bytes at ``offset``."""
     return ends_before(store, [(offset, size)])[0]
 
 
@@ -267,8 +264,7 @@ def scan_start_offset(store: Store) -> int:
 
 
 def dropped_after(store: Store, offset: int, rules: VersionRules) -> int:
-    """Valid records from ``offset`` to the end of the last segment (``pastend.records_after``);
-    only zeros there (a clean end) is told without that walk."""
+    """Valid records from ``offset`` to the log's end (``pastend.records_after``), without that walk over zeros alone."""
     if only_zeros_after(store.commitlog, offset):
         return 0
     from .pastend import records_after  # compiled code: only where something lies after the end
@@ -300,8 +296,7 @@ def only_zeros_after(commitlog: CommitLog, offset: int) -> bool:
 
 
 def log_refusal(store: Store, wheel: bool = True) -> str | None:
-    """Why the broker refuses to start on the commit log (``MappedFileQueue.load``, rules §2.13), by era, or None; first
-    ``open_refusal`` (``wheel`` False: without ``wheel_refusal``)."""
+    """Why the broker refuses to start on the commit log (rules §2.13), by era, or None; ``open_refusal`` first."""
     if (why := open_refusal(store, wheel)) is not None:
         return why
     for problem in store.problems:
@@ -417,8 +412,7 @@ def loading_eras(store: Store, name: str) -> list:
 
 
 def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loader: str = MAPPED_FILE_QUEUE, eras=None) -> str | None:
-    """Why the broker refuses to start on an entry of a folder ``loader`` loads that is no file of it
-    (``mappedfile.load_effect``), or None: no era of ``eras`` (default all) does."""
+    """Why the broker refuses to start on a folder entry that is no file of it (``load_effect``), or None."""
     eras = store.version_guess.eras if eras is None else eras
     if (who := which_do(stray_effects(eras, entry, file_size, later, loader).get(REFUSED, []), eras)) is None:
         return None
@@ -490,8 +484,7 @@ def refusal_after_recovery(store: Store) -> tuple[str, str, str] | None:
 
 
 def abort_refusal(store: Store) -> str | None:
-    """Why a 5.0.0+ broker exits after its recovery on an ``abort`` that is a directory, or hangs on a FIFO
-    (``MixAll.string2File`` writes its PID, rules 6.3), or None."""
+    """Why 5.0.0+ exits after recovery on an ``abort`` directory, or hangs on a FIFO (rules 6.3), or None."""
     if store.abort is None or not store.abort.unusable:
         return None
     eras = store.version_guess.eras
@@ -559,8 +552,7 @@ def refused_by(store: Store, empty_last: bool, eras=None) -> str | None:
 
 
 def which_do(some, eras) -> str | None:
-    """"" where ``some`` are all of the store's ``eras``, else which do it: `` (as E8-E12 (4.7.1-4.9.8) brokers do)``; None
-    where none does (``some`` empty)."""
+    """"" where ``some`` are all of ``eras``, else `` (as E8-E12 (4.7.1-4.9.8) brokers do)``; None for none."""
     return None if not some else "" if len(some) == len(eras) else f" (as {eras_label(some)} brokers do)"
 
 

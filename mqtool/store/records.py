@@ -1,5 +1,4 @@
-"""The documented JSON shape of decoded records, shared by ``mqtool dump`` and the Spark scan: a
-stable contract (docs/reading.md "JSON field reference")."""
+"""The documented JSON shape of decoded records for ``mqtool dump`` and Spark (docs/reading.md "JSON field reference")."""
 
 from __future__ import annotations
 
@@ -45,8 +44,7 @@ DLEDGER_ENTRY_FIELDS = (
 
 
 def inflate_body(body: bytes, sys_flag: int, offset: int) -> bytes:
-    """``body`` inflated when ``sys_flag`` has COMPRESSED (reference §2.11, ``MessageDecoder``
-    with ``UtilAll.uncompress``); ``offset`` names the record in the error."""
+    """``body`` inflated when ``sys_flag`` has COMPRESSED (reference §2.11, ``UtilAll.uncompress``); ``offset`` for errors."""
     if not sys_flag & clfmt.SysFlag.COMPRESSED:
         return body
     kind = clfmt.compression_type(sys_flag)
@@ -108,8 +106,7 @@ def index_entry_dict(file: str, hash_slot_num: int, entry: IndexEntry) -> dict[s
 
 
 def dledger_entry_dict(file: str, header, unit, record) -> dict[str, Any]:
-    """One DLedger entry (reference §15.2): its header, whether its index unit agrees
-    (``ok``, ``mismatch``, ``missing``; None for a blank) and the message inside."""
+    """One DLedger entry (§15.2): its header, whether its index unit agrees, and the message inside."""
     blank = header.is_blank
     row = {"file": file, **{k: (None if blank and k not in ("offset", "magic", "size") else v) for k, v in header._asdict().items()}}
     from .dledger import unit_matches  # DLedger modules: loaded for DLedger data only
@@ -125,8 +122,7 @@ SECONDS_LIKE = (10**9, 10**11)  # epoch values read as seconds, not milliseconds
 
 
 def parse_time(text: str | None, option: str) -> int | None:
-    """A user's ``--since``/``--until``: epoch milliseconds or ISO-8601 (UTC without a zone); a 10- or 11-digit number (seconds to
-    a person) is refused with the milliseconds as a hint."""
+    """``--since``/``--until``: epoch ms or ISO-8601 (UTC default); 10-11 digits (seconds) refused with a hint."""
     if text is None:
         return None
     if text.lstrip("-").isdigit():

@@ -22,8 +22,7 @@ class BrokerVersion(NamedTuple):
 
     @classmethod
     def parse(cls, text: str) -> "BrokerVersion":
-        """A RocketMQ release (``4.4.0``, ``rocketmq-all-4.4.0``, ``v5.3.3``, ``4.0.0-incubating``);
-        a 5.3.x after the last release known here reads as that release's era (5.3.3)."""
+        """A RocketMQ release (``4.4.0``, ``rocketmq-all-4.4.0``, ``v5.3.3``); a later 5.3.x reads as 5.3.3's era."""
         raw = text.strip()
         core = raw.lower().removeprefix("rocketmq-all-").removeprefix("v").removesuffix("-incubating")
         try:

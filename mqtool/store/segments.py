@@ -145,8 +145,7 @@ def property_crc(record) -> tuple[int, object]:
 
 
 def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.ndarray, progress=None, on_rows=None, held=None, run: Run | None = None) -> Run:
-    """Walk valid records from ``pos``, windowed, releasing pages behind ``held()``; ``on_rows(array, rows)`` sees each call's
-    rows in cache; ``run``: a run ending at ``pos`` to continue."""
+    """Walk valid records from ``pos`` releasing pages behind ``held()``; ``on_rows`` sees the rows; ``run`` continued."""
     run = Run(pos) if run is None else run
     released = reported = pos
     ahead = fs.PagesAhead(buf, array, pos, stop)
@@ -182,8 +181,7 @@ def walk_run(array: np.ndarray, buf, pos: int, stop: int, base: int, out: np.nda
 
 
 class ChainReader:
-    """What ``analyze_segment`` shows of the chain run (the one the broker reads) to a reader
-    of the same walk, e.g. the cross-checks (``sharedwalk.py``); the segment is mapped meanwhile."""
+    """What ``analyze_segment`` shows of the chain run to a reader of the same walk (``sharedwalk.py``)."""
 
     def rows(self, array: np.ndarray, rows: np.ndarray) -> None:
         """Rows of ``walk_segment`` (with CRC results), in order."""
@@ -196,8 +194,7 @@ class ChainReader:
         return None
 
     def let_go(self) -> None:
-        """The segment is unmapped next (after ``end``, or a failed walk); a reference to ``array`` kept after
-        ``end`` keeps the map until it goes (``MappedFile.close``)."""
+        """The segment is unmapped next; a reference to ``array`` kept after ``end`` keeps the map (``MappedFile.close``)."""
 
 
 def analyze_segment(task: SegmentTask, progress=None, chain: ChainReader | None = None, walked: Run | None = None) -> SegmentReport:

@@ -43,8 +43,7 @@ def parse_size(text: str | int) -> int:
 
 
 def auto_split_size(total_bytes: int, parallelism: int) -> int:
-    """``clamp(total / (3 × parallelism), 128 MiB, 1 GiB)``: enough splits to keep every core busy,
-    never so small that the per-task cost dominates."""
+    """``clamp(total / (3 × parallelism), 128 MiB, 1 GiB)``: every core busy, the per-task cost small."""
     return max(MIN_AUTO_SPLIT, min(MAX_AUTO_SPLIT, total_bytes // max(1, 3 * parallelism)))
 
 
@@ -87,15 +86,14 @@ class Split:
         return commitlog_of([self.segment], self.size).resume_after_damage(end) if self.reads_past(end) else None
 
     def reads_past(self, end: ScanEnd) -> bool:
-        """Whether the read goes on after ``end`` (``resume``): before ``resume_before``, or damage with ``keep_going``; in a
-        DLedger store where its broker keeps the log past it."""
+        """Whether the read goes on after ``end`` (``resume``): before ``resume_before``, ``keep_going``, or DLedger's kept
+        log."""
         if self.served is not None:
             return self.resume(end) is not None
         return (self.resume_before is not None and end.offset < self.resume_before) or (self.keep_going and not end.is_clean)
 
     def end_at(self, offset: int) -> ScanEnd:
-        """Why this segment's records end at ``offset`` (where a chain of records ends), worded by
-        the record decoder as ``mqtool dump`` words it; a record there ends nothing (``LIMIT``)."""
+        """Why this segment's records end at ``offset``, as ``mqtool dump`` words it; a record there ends nothing."""
         walk = commitlog_of([self.segment], self.size).scan(offset)
         if next(iter(walk), None) is not None or walk.end is None:
             return ScanEnd(offset, StopReason.LIMIT, "a record starts here")
@@ -218,8 +216,7 @@ class SplitScan:
             yield batch
 
     def _loose(self, end: ScanEnd, resumed: int) -> Iterable[fs.SegmentBatch]:
-        """In a DLedger store, the record inside the entry at ``end`` whose header alone is broken, which its broker
-        serves and ``mqtool dump`` reads (``dledgerstart.loose_walk``)."""
+        """In a DLedger store, the served record inside the header-broken entry at ``end`` (``dledgerstart.loose_walk``)."""
         if self.split.served is None:
             return ()
         from .dledgerstart import loose_walk
@@ -228,8 +225,7 @@ class SplitScan:
 
 
 class SplitResult(NamedTuple):
-    """What one split read, for the handoff check. ``segment`` groups the splits of one segment
-    (e.g. ``(broker, segment base offset)``); offsets are absolute."""
+    """What one split read, for the handoff check; ``segment`` groups a segment's splits; offsets absolute."""
 
     segment: Hashable
     chain_start: int  # where the segment's records are read from (``Split.chain_start``)
@@ -249,8 +245,7 @@ class Rejected(NamedTuple):
 
 
 class Damage(NamedTuple):
-    """Damage or zeros where segment ``segment``'s records stopped, read past up to ``resumed`` (``Split.resume``) or ending the
-    log (None), as ``mqtool dump`` reports it."""
+    """Damage or zeros ending ``segment``'s records, read past to ``resumed`` or ending the log (None), as ``dump`` says."""
 
     segment: Hashable
     end: ScanEnd
@@ -320,8 +315,7 @@ def check_splits(results: Iterable[SplitResult], splits: dict[tuple[Hashable, in
 
 
 def _joined(damage: list[Damage], entry_files: set[Hashable]) -> list[Damage]:
-    """Ranges read past one after another joined, except in DLedger data files (``entry_files``), where ``mqtool dump`` reports
-    each (``dledgerstart.walk_resume``)."""
+    """Adjacent ranges read past joined, but in DLedger data files (``entry_files``), where ``mqtool dump`` reports each."""
     joined: list[Damage] = []
     for d in damage:
         last = joined[-1] if joined else None

@@ -52,8 +52,7 @@ def _read_head_time(commitlog: CommitLog, index: int, accept_v2: bool, skip: int
 
 
 def abnormal_bound(store: Store, index_safe: bool | None = None) -> tuple[int, str]:
-    """The checkpoint time an abnormal recovery's start file is matched against, and its words:
-    the index's too with ``messageIndexSafe`` (``index_safe``, default: the store's config)."""
+    """The checkpoint time an abnormal start file is matched against, with its words (``index_safe``: the index's too)."""
     cp = store.checkpoint or cpfmt.StoreCheckpoint(0, 0, 0)
     if (store.config.message_index_safe if index_safe is None else index_safe) and store.config.message_index_enable:
         return cp.min_timestamp_index, "min(physic, logics, index) timestamps - 3 s"
@@ -61,8 +60,7 @@ def abnormal_bound(store: Store, index_safe: bool | None = None) -> tuple[int, s
 
 
 def matched_start(commitlog: CommitLog, first: int, bound: int, what: str, *, accept_v2: bool, skip: int = 0, files: str = "segment") -> ScanStart | None:
-    """``isMappedFileMatchedRecover``: from the newest segment back to segment ``first``, the first
-    whose first record (after ``skip`` bytes) has a store time in (0, ``bound``], or None."""
+    """``isMappedFileMatchedRecover``: newest segment down to ``first`` whose first record's time is in (0, ``bound``]."""
     for index in range(len(commitlog.segments) - 1, first - 1, -1):
         ts = first_record_store_time(commitlog, index, accept_v2, skip=skip)
         if ts is not None and ts != 0 and ts <= bound:

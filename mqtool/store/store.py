@@ -55,8 +55,7 @@ STRAY_ENTRY = "stray-entry"  # the FileProblem kind of an entry of commitlog/ th
 
 
 def _names_a_dledger_member(path: Path) -> bool:
-    """Whether ``path`` holds a ``dledger-*`` entry, without which ``dledger.locate`` finds
-    nothing unless ``storePathDLedgerCommitLog`` is given (the DLedger modules stay unloaded)."""
+    """Whether ``path`` holds a ``dledger-*`` entry, without which the DLedger modules stay unloaded."""
     try:
         with os.scandir(path) as entries:
             return any(e.name.startswith("dledger-") for e in entries)
@@ -82,8 +81,7 @@ def not_a_store(path: Path) -> NotAStore:
 
 @dataclass(frozen=True)
 class FileProblem:
-    """A store file the broker would refuse or misplace, left out of the model (``verify``
-    reports it as a finding of this ``kind``; ``path`` is absolute)."""
+    """A store file the broker would refuse or misplace, left out (``verify``'s finding ``kind``; ``path`` absolute)."""
 
     kind: str
     path: Path
@@ -143,15 +141,13 @@ def stray_text(effects: dict[str, list[Era]], entry: StrayEntry, file_size: int 
 
 
 def stray_differs(effects: dict[str, list[Era]]) -> list[Era]:
-    """The eras whose broker refuses to start on a stray entry or loads the folder otherwise than mqtool reads it (or creates a file
-    through a dangling symlink)."""
+    """The eras whose broker refuses a stray entry, loads its folder otherwise than mqtool reads it, or creates a file."""
     return [e for effect in (REFUSED, LEFT_OUT, LOADED, CREATED) for e in effects.get(effect, [])]
 
 
 @dataclass
 class ConfigDocument:
-    """A config file as the broker loads it: the document, the file it came from (None: neither the
-    file nor its ``.bak``) and why each file tried before it was passed over."""
+    """A config file as the broker loads it: document, source file (None: neither) and why files were passed over."""
 
     name: str
     doc: dict | None
@@ -379,8 +375,7 @@ class Store:
 
     @contextmanager
     def assumed_version(self, candidate: BrokerVersion):
-        """Within the block, read the store as written by ``candidate`` (one of the detected
-        candidates: a planner runs under each when the evidence does not decide)."""
+        """Within the block, read the store as written by ``candidate`` (a planner runs under each detected candidate)."""
         guess = self.version_guess
         self.__dict__["version_guess"] = VersionGuess.of(candidate, evidence=guess.evidence, eras=guess.eras)
         try:
@@ -389,8 +384,7 @@ class Store:
             self.__dict__["version_guess"] = guess
 
     def assume_eras(self, eras) -> None:
-        """Read the store as written in one of ``eras`` (those an earlier reading left: repair's later stages); the planners still
-        plan under each (``recovery.candidates``)."""
+        """Read the store as written in one of ``eras`` (repair's later stages); planners still plan under each."""
         guess = self.version_guess
         if guess.given:
             return
@@ -399,8 +393,7 @@ class Store:
 
     @property
     def rules(self) -> VersionRules:
-        """The store rules of its version; while several eras remain, those of the newest
-        (the planners plan under each: ``recovery.candidates``)."""
+        """The rules of the store's version; of the newest era while several remain (``recovery.candidates`` plans each)."""
         guess = self.version_guess
         return VersionRules(guess.version or guess.candidates[0])
 
@@ -466,8 +459,7 @@ class Store:
         return [] if self.root is None else discover_batch_queues(self.path("batchconsumequeue"))
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        """One queue: the one ``consume_queues`` found when they were listed already (what it
-        read is kept with it: ``ConsumeQueue.recover``), else its directory alone (a lookup)."""
+        """One queue: as ``consume_queues`` listed it if they were, else its directory alone (a lookup)."""
         found = self._queues_by_key.get((topic, queue_id)) if "consume_queues" in self.__dict__ else None
         return found or ConsumeQueue(topic, queue_id, self.path("consumequeue", topic, str(queue_id)), self.consume_queue_file_size)
 
@@ -529,8 +521,7 @@ class Store:
 
     @cached_property
     def timer_log_listing(self) -> "TimerLogListing | None":
-        """``timerlog/`` as ``TimerLog.load`` lists it (``timer.TimerLogListing``): wrong-length files and stray entries, for
-        verify and ``nextstart.timer_refusal``."""
+        """``timerlog/`` as ``TimerLog.load`` lists it (``timer.TimerLogListing``), for verify and ``timer_refusal``."""
         from .timer import TimerLogListing
 
         return TimerLogListing.of(self.path("timerlog"), self.config.timer_log_file_size) if self.root is not None else None

@@ -110,8 +110,7 @@ def walk_splits(commitlog, begin: int, until: int) -> list[int]:
 
 
 def commitlog_summary(store: Store, start: int | None = None) -> dict[str, Any]:
-    """The commit log and its logical end scanned from ``start`` (else the third-from-last segment); DLedger data: the entry walk
-    (``dledgerstart.data_recovery``)."""
+    """The commit log and its logical end from ``start`` (default: third-from-last segment; DLedger: the entry walk)."""
     segments = store.commitlog.segments
     if start is None:
         start = segments[max(0, len(segments) - 3)].base_offset if segments else 0
@@ -142,8 +141,7 @@ def queue_summaries(store: Store) -> list[dict[str, Any]]:
 
 
 def index_summary(store: Store) -> dict[str, Any] | None:
-    """The index geometry and each file's header, None where no index is read (the store's notes
-    say why: ``unreadable_index_notes``)."""
+    """The index geometry and each file's header; None where no index is read (``unreadable_index_notes``)."""
     geometry = store.index_geometry if store.unreadable_index is None else None
     if geometry is None:
         return None
@@ -199,8 +197,7 @@ def store_summary(store: Store, scan_from: int | None = None) -> dict[str, Any]:
 
 
 def unmounted_notes(store: Store) -> list[str]:
-    """The file ``recover`` and ``repair`` refuse as a dangling symlink (``nextstart.unmounted_file``), unless a note of
-    ``commitlog/``'s entries (``Store.problems``) says it already."""
+    """The dangling symlink ``recover`` and ``repair`` refuse (``unmounted_file``), unless a note says it."""
     from .mappedfile import UNMOUNTED
     from .nextstart import unmounted_file
 
@@ -263,8 +260,7 @@ def given_version_doc(store: Store) -> dict[str, Any]:
 
 
 def version_doc(guess) -> dict[str, Any]:
-    """The version, the eras its marks leave with what sets each apart (``rules.ERAS``), the evidence,
-    and, while several eras remain, the planning rules that would decide between them."""
+    """The version, its eras (``rules.ERAS``), the evidence, and the planning rules deciding between eras left."""
     candidates = list(guess.candidates)
     deciding = sorted({r for c in candidates[1:] for r in rules_deciding(candidates[0], c)})
     return {"version": str(guess.version) if guess.version else None, "label": str(guess),

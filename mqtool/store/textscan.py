@@ -19,8 +19,7 @@ POW31 = pow31_table()
 
 
 def utf16_units_of(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The UTF-16 code units of ``texts`` end to end (what Java's ``String`` holds), and where
-    each text's units start and end among them."""
+    """The UTF-16 code units of ``texts`` end to end (a Java ``String``'s), and where each text's units start and end."""
     encoded = [t.encode("utf-16-be", "surrogatepass") for t in texts]
     lengths = np.fromiter((len(e) >> 1 for e in encoded), dtype=np.int64, count=len(encoded))
     ends = np.cumsum(lengths)
@@ -28,7 +27,6 @@ def utf16_units_of(texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray
 
 
 def index_key_hashes(states: np.ndarray) -> np.ndarray:
-    """``IndexFile.indexKeyHashMethod`` of unsigned 32-bit hash states: the absolute value of
-    the int32, Integer.MIN_VALUE -> 0 (reference §6.4)."""
+    """``IndexFile.indexKeyHashMethod`` of unsigned hash states: abs of the int32, MIN_VALUE -> 0 (reference §6.4)."""
     h = np.where(states >= 1 << 31, (1 << 32) - states, states)
     return np.where(h > 0x7FFFFFFF, 0, h)

@@ -120,7 +120,7 @@ class RecoveredWheel:
     read_from: int
 
     def reads(self, slot: fmt.WheelSlot) -> bool:
-        """Whether ``dequeue`` is still to read ``slot`` (time at or after ``read_from``); damage in a slot read already is never
+        """Whether ``dequeue`` is still to read ``slot`` (at or after ``read_from``); damage in a slot read already is never
         read."""
         return slot.time_slot >= self.read_from
 

@@ -76,8 +76,7 @@ class VersionGuess:
 
 
 def _first_records(store: "Store", evidence: list[str], limit: int = 64):
-    """Up to ``limit`` valid records of the first segment that has any. When a segment's first
-    record is damaged, the records after the damage are read instead (``resync.scan_start``)."""
+    """Up to ``limit`` valid records of the first segment with any, after its damage if need be (``scan_start``)."""
     for segment in store.commitlog.segments:
         scan = store.commitlog.scan(segment.base_offset, segment.end_offset)
         records = list(islice(scan, limit))
@@ -153,8 +152,7 @@ def _index_files(store: "Store") -> list:
 
 
 def _index_slot_marks(store: "Store") -> list[tuple[str, frozenset]]:
-    """The index header's ``hashSlotCount`` counts every put before 4.7.1 and only newly used slots
-    after (§5.2): with a hash collision in the file the two differ."""
+    """``hashSlotCount`` counts every put before 4.7.1, only new slots after (§5.2): a collision tells them apart."""
     for f in _index_files(store):
         entries = f.header.index_count - 1
         if entries <= 0:
@@ -261,8 +259,7 @@ def _checkpoint_marks(cp, commitlog) -> list[tuple[str, frozenset]]:
 
 
 def _record_boundary(commitlog, offset: int) -> bool:
-    """A record or blank starts at ``offset`` (``store.resync``'s rule), or the data ends there
-    (zeros follow, or the files do)."""
+    """A record or blank starts at ``offset`` (``store.resync``'s rule), or the data ends there (zeros, or no more files)."""
     if offset in (commitlog.min_offset, commitlog.end_of_files):
         return True
     try:
@@ -276,8 +273,7 @@ def _record_boundary(commitlog, offset: int) -> bool:
 
 
 def _missing_file_marks(store: "Store") -> list[tuple[str, frozenset]]:
-    """Every 5.x start leaves ``abort.bak`` and the timer wheel (§6.3, §8.1): a store with ``lock`` but neither is older; an empty
-    abort file (5.x writes a PID) weighs no more."""
+    """5.x starts leave ``abort.bak`` and the wheel (§6.3, §8.1): a store with ``lock`` but neither is older."""
     root, abort, marks = store.root, store.abort, []
     if abort is not None and not abort.unusable and not abort.device and abort.pid is None and not abort.content.strip():
         marks.append(("the abort file is empty", ALL_ERAS - eras_between("E13", "E18")))
@@ -287,8 +283,7 @@ def _missing_file_marks(store: "Store") -> list[tuple[str, frozenset]]:
 
 
 def _blank_marks(store: "Store") -> list[tuple[str, frozenset]]:
-    """What follows an end-of-file blank: stale bytes before 4.9.1, untouched zeros after (§1.12), in the
-    56 bytes after the blank of the first segment that has one."""
+    """After the first end-of-file blank: stale bytes before 4.9.1, zeros after (§1.12), judged on 56 bytes."""
     from .fastscan import FastScan, scan_start
 
     for segment in store.commitlog.segments[:-1]:

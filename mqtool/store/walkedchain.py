@@ -8,8 +8,7 @@ from .segments import Run, check_rows
 
 
 class WalkedChain:
-    """Per segment base offset, the chain run prefix (``runs``) of the rows shown. Segments may
-    be walked in two threads at once (``dispatch._Ahead``), each segment by one."""
+    """Per segment base offset, the chain run prefix (``runs``) of the rows shown; one thread per segment."""
 
     def __init__(self) -> None:
         self.runs: dict[int, Run] = {}
