@@ -1,5 +1,4 @@
-"""``python -m mqtool`` and the ``mqtool`` console script: the CLI is imported inside ``main``, so a Ctrl-C while it loads is the
-one line and exit 130 of any interrupt; only ``os`` and ``sys`` before."""
+"""``python -m mqtool``: the CLI imported inside ``main``, so a Ctrl-C while it loads exits 130 in one line."""
 
 import os
 import sys

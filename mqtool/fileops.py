@@ -19,8 +19,7 @@ Owner = tuple[int, int, int | None]  # uid, gid, permission bits (None: as creat
 
 
 def shell_path(path) -> str:
-    """``path`` as typed after a command in a POSIX shell: quoted (spaces, quotes, non-ASCII), and
-    ``./`` before a relative one that starts with ``-``, which the command would read as an option."""
+    """``path`` as typed in a POSIX shell: quoted where needed, ``./`` before a relative one starting with ``-``."""
     text = str(path)
     return shlex.quote(f"./{text}" if text.startswith("-") else text)
 
@@ -92,8 +91,7 @@ def not_a_file(path: Path) -> str | None:
 
 
 def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = None) -> None:
-    """Copy ``src`` to ``dst`` skipping all-zero blocks, then fsync (``copied`` told each block); a ``special`` file made anew,
-    never opened; a failed copy deletes its part-written ``dst``."""
+    """Copy ``src`` to ``dst`` without zero blocks, fsynced; a ``special`` file made anew; a failed copy deleted."""
     st = os.stat(src)
     with deleted_on_failure(dst):
         if special(st.st_mode):
@@ -261,8 +259,7 @@ def read_range(path: Path, start: int, end: int) -> bytes:
 
 
 def pwrite_all(fd: int, data, offset: int) -> None:
-    """``os.pwrite`` of all of ``data`` (bytes or an array) at ``offset``: a write the disk fills part-way returns a
-    short count (POSIX), which the next write either completes or fails with the reason."""
+    """``os.pwrite`` of all of ``data`` at ``offset``, completing short writes or failing with the reason."""
     view = memoryview(data).cast("B")
     while view:
         written = os.pwrite(fd, view, offset)

@@ -101,8 +101,7 @@ class Stage:
 
 
 def produced_in_thread(items: Iterator, name: str, depth: int = 2) -> Iterator:
-    """``items`` produced in a thread of its own, up to ``depth`` ahead; closing the generator stops the thread and closes
-    ``items``. The caller waits only in ``SimpleQueue.get`` (``Stage``)."""
+    """``items`` produced in a thread up to ``depth`` ahead; closing the generator stops it. Waits as ``Stage`` does."""
     channel: queue.SimpleQueue = queue.SimpleQueue()
     places: queue.SimpleQueue = queue.SimpleQueue()  # one token per item the producer may be ahead
     for _ in range(depth):

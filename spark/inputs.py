@@ -39,8 +39,7 @@ class BrokerInput:
 
     @property
     def resume_before(self) -> int | None:
-        """Damage and zeros before this offset are read past, as ``mqtool dump`` reads them
-        (``cli.common.read_on``): before the broker's next start scans from, and before the last segment."""
+        """Damage before this offset (the next start's scan start, the last segment) is read past, as ``mqtool dump`` does."""
         return None if self.scan_start is None or not self.segments else min(self.scan_start, self.segments[-1].base_offset)
 
 
@@ -65,8 +64,7 @@ def broker_name_for(path: Path) -> str:
 def resolve_inputs(paths: Sequence[str | Path], broker_names: Sequence[str] | None = None, *, broker_config: str | Path | None = None,
                    broker_versions: Sequence[str | None] | None = None, from_offset: int | None = None, to_offset: int | None = None
                    ) -> list[BrokerInput]:
-    """Open every PATH read-only and group its segments by broker (absolute paths throughout); each
-    broker's records read from ``from_offset`` (the record there or the next) up to ``to_offset``."""
+    """Every PATH opened read-only, segments grouped by broker, read from ``from_offset``'s record to ``to_offset``."""
     if not paths:
         raise UsageError("no input PATH given")
     names = list(broker_names or [])

@@ -83,8 +83,7 @@ class JobOptions:
         return cls(**{**values, "since": parse_time(args.since, "--since"), "until": parse_time(args.until, "--until")})
 
     def offset_range(self) -> tuple[int | None, int | None]:
-        """The commit log offsets read, ``[from, to)``: ``--msg-id``'s record alone (its offsetMsgId names
-        the offset, as ``mqtool dump --msg-id`` reads it), else ``--from-offset`` / ``--to-offset``."""
+        """The offsets read, ``[from, to)``: ``--msg-id``'s record alone, else ``--from-offset``/``--to-offset``."""
         if self.msg_id is not None:
             offset = msg_id_offset(self.msg_id)
             return offset, offset + 1
@@ -146,8 +145,7 @@ class Scan:
         return self.spark.read.format(FORMAT).options(**{**given, **options}).load([p for p, _ in each])
 
     def rejected(self, edges) -> list[tuple[int, Rejected]]:
-        """``(partition index, Rejected)`` for the splits whose first record is not where the chain
-        before them ends, from the first/last rows (``broker, split_start, offset, size, split_skipped``) seen."""
+        """``(partition, Rejected)`` of the splits whose first record is not where the chain before ends."""
         rows: dict[SplitKey, list[int]] = {}
         skipped: dict[SplitKey, list[int]] = {}
         for e in edges:
@@ -440,8 +438,7 @@ FINDING_COLUMNS = tuple((name, "bigint" if name == "offset" else "string") for n
 
 
 def run_verify(scan: Scan, out: Output) -> dict:
-    """``mqtool verify``'s commit log check per broker: each segment walked in a Spark task (``analyze_segment``,
-    ``analyze_data_file``), stitched on the driver by ``CommitLogCheck`` (``DLedgerLogCheck``)."""
+    """``mqtool verify``'s commit log check per broker: a Spark task per segment, stitched on the driver."""
     from ..verify.commitlog import CommitLogCheck
     from ..store.nextstart import next_start, scan_start_offset
 
@@ -547,8 +544,7 @@ DROPPED_LINES = 20
 
 
 def print_dropped(rejected: Sequence[dict]) -> None:
-    """One stderr line per dropped split, or per broker for the splits dropped for one reason (those
-    past where its log ends), at most ``DROPPED_LINES`` lines (report.json lists every split)."""
+    """A stderr line per dropped split, or per broker and reason, at most ``DROPPED_LINES`` (report.json lists all)."""
     groups: dict[tuple[str, str], list[dict]] = {}
     for r in rejected:
         groups.setdefault((r["broker"], r["reason"]), []).append(r)
@@ -652,8 +648,7 @@ def prepare_args(args) -> tuple[JobOptions, list[BrokerInput]] | int:
 
 
 def main(args, prepared: tuple[JobOptions, list[BrokerInput]] | None = None) -> int:
-    """Run from parsed arguments (``prepared``: ``prepare_args``'s result); every failure is one stderr line and a documented exit
-    code (2 usage, 3 bad input, 5 Spark or internal; verify: 1 on findings)."""
+    """Run from parsed arguments; every failure one stderr line and an exit code (2, 3, 5; verify: 1 on findings)."""
     prepared = prepare_args(args) if prepared is None else prepared
     if isinstance(prepared, int):
         return prepared

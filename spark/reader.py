@@ -48,8 +48,7 @@ class ScanTask:
         return SplitResult((self.broker, self.split.base_offset), self.split.chain_start, self.split.offset, first, exit)
 
     def result_of_rows(self, first_offset: int, end_offset: int) -> SplitResult:
-        """``result`` from the split's rows: the ``offset`` of its first and the ``offset + size``
-        of its last (``split_edge``), a DLedger record counted from its entry (``Split.handoff_start``)."""
+        """``result`` from the split's first and last rows (``split_edge``), a DLedger record from its entry."""
         return self.result(self.split.handoff_start(first_offset), end_offset)
 
 

@@ -1,5 +1,4 @@
-"""``spark.read.format("rocketmq")`` (PySpark 4 Python Data Source API, ``RocketMQDataSource``): commit logs as a DataFrame by the
-compiled walk (options: docs/spark.md), rows tagged for the handoff check."""
+"""``spark.read.format("rocketmq")`` (``RocketMQDataSource``): commit logs as a DataFrame (docs/spark.md)."""
 
 from __future__ import annotations
 

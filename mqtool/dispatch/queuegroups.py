@@ -12,8 +12,8 @@ from ._queuegroups import CQ_COLUMNS, N_STATS, S_GROUPS, S_LAST_QUEUED, S_MULTI,
 
 
 class QueueGroups(NamedTuple):
-    """Group ``g`` is queue ``keys[g]`` (``topic id << 32 | queue id & 0xFFFFFFFF``, in order of
-    first appearance); its rows are ``columns[:, starts[g]:starts[g + 1]]`` in commit log order."""
+    """Group ``g``: queue ``keys[g]`` (``topic id << 32 | queue id``), rows ``columns[:, starts[g]:starts[g + 1]]`` in log
+    order."""
 
     keys: np.ndarray  # int64 (groups,)
     starts: np.ndarray  # int64 (groups + 1,)

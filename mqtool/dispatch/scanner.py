@@ -180,8 +180,7 @@ class _Accumulator:
 
 @dataclass
 class DispatchScanner:
-    """``DispatchBatch`` es over ``[start, stop)`` (``SUB_BATCH`` records dispatched at a time, ``BATCH`` es handed out), then
-    ``end``; ``last_valid_offset``: the broker's ``lastValidMsgPhyOffset`` (-1)."""
+    """``DispatchBatch`` es over ``[start, stop)``, then ``end``; ``last_valid_offset``: ``lastValidMsgPhyOffset``."""
 
     SUB_BATCH = 2048
     BATCH = 1 << 15
@@ -441,8 +440,7 @@ class BatchSpill:
 
 
 def read_spilled(entry: tuple, *, adopt: bool = False) -> DispatchBatch:
-    """The batch ``BatchSpill.write`` named ``entry`` (a ``SpilledBatch``); ``adopt``: a
-    ``DispatchCache`` may keep it by its entry instead of packing it again (``DispatchBatch.spilled``)."""
+    """The ``SpilledBatch`` named ``entry``; ``adopt``: a ``DispatchCache`` may keep it by that entry (``spilled``)."""
     file, offset, n, n_keys, n_groups = entry
     data = np.empty(spillrows.spill_size(n, n_keys, n_groups), dtype=np.uint8)
     if os.preadv(file.fileno(), [data], offset) != data.size:
@@ -512,8 +510,7 @@ class _Ahead:
 
 
 class DispatchCache:
-    """A plan's dispatch batches spilled (``BatchSpill``) for an apply in the same process (one walk, flat memory); past
-    ``budget`` or without room it gives up and the apply walks again, to the same result."""
+    """A plan's dispatch batches spilled for its apply (one walk); past ``budget`` or without room, none."""
 
     def __init__(self, budget: int = 2 << 30):
         self.budget = budget
@@ -635,8 +632,7 @@ def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDi
 
 
 def first_throw(batch: DispatchBatch, names: list[str], multi: MultiDispatch | None, notify: MultiDispatch | None) -> DispatchThrows | None:
-    """The first record whose dispatch (``consume_queue_entries`` with ``multi``) or reput notify (``first_notify_throw``) throws,
-    or None; at one record, a decided dispatch throw first, else the notify's."""
+    """The first record whose dispatch or reput notify throws, or None; a decided dispatch throw first."""
     thrown = None
     try:
         for _ in consume_queue_entries(batch, names, multi):
@@ -652,8 +648,7 @@ def first_throw(batch: DispatchBatch, names: list[str], multi: MultiDispatch | N
 
 
 def first_notify_throw(batch: DispatchBatch, names: list[str], multi: MultiDispatch) -> LmqNotifyThrows | None:
-    """The first record of the batch the reput's long-polling notify throws on (``formats.dispatch.notify_throw``: any
-    transaction type, whatever multi-dispatch), its ``offset`` set; else None."""
+    """The first record of the batch the reput's notify throws on (``notify_throw``), its ``offset`` set; else None."""
     for row in np.flatnonzero((batch.fields[:, fd.F_FLAGS] & fd.FLAG_MULTI_DISPATCH).astype(bool)).tolist():
         f = batch.fields[row]
         properties = multi.commitlog.read_record(int(f[fd.F_POS])).property_map(legacy=multi.legacy_properties)

@@ -32,8 +32,7 @@ class ConfigError(ValueError):
 
 
 def decode_config(name: str, text: str) -> tuple[dict[str, Any], dict | None]:
-    """Parse one JSON config file and check its top-level table is present: the document, and its offset
-    table as the broker converts it (``consumer_offsets``, ``delay_offsets``; None: a file without one)."""
+    """One config file parsed, its table checked: the document, and its offsets as the broker converts them."""
     if not text.strip():
         raise ConfigError(empty(name))
     from . import fastjson  # on first use: its patterns compile at import

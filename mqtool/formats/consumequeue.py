@@ -46,8 +46,7 @@ FILLER = (0, FILLER_SIZE, 0)
 
 
 def filler_at(phys_offset: int) -> tuple[int, int, int]:
-    """The filler unit with ``phys_offset``: repair's for entries into a cut segment's lost bytes has the
-    segment's base (``recovery.repair.CutSegment``); ``fillPreBlank``'s has 0 (``FILLER``)."""
+    """The filler unit with ``phys_offset``: repair's into a cut segment (its base), or ``fillPreBlank``'s (0, ``FILLER``)."""
     return (phys_offset, FILLER_SIZE, FILLER[2])
 
 

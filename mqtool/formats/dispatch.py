@@ -18,8 +18,7 @@ _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def parse_delay_levels(text: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
-    """``messageDelayLevel`` -> ``{level: delay_ms}`` as ``parseDelayLevel``: stopped by the first token it throws on; a
-    non-number counts without a delay (1000 ms here); the product wraps as Java's long."""
+    """``messageDelayLevel`` -> ``{level: delay_ms}`` as ``parseDelayLevel`` (1000 ms for a bad token)."""
     table = {}
     for i, token in enumerate(java_split(text, " ")):
         if not token:
@@ -170,8 +169,7 @@ class DispatchThrows(ValueError):
 
 
 class LmqOffsetThrows(DispatchThrows):
-    """An ``INNER_MULTI_QUEUE_OFFSET`` value ``Long.parseLong`` throws on in ``multiDispatchLmqQueue`` (``ConsumeQueue``
-    @4.9.3-5.3.3), after the record's own entry and the queues before it (``written``)."""
+    """An ``INNER_MULTI_QUEUE_OFFSET`` ``Long.parseLong`` throws on in ``multiDispatchLmqQueue`` (@4.9.3-5.3.3)."""
 
     def __init__(self, written: list[tuple[str, int, int]], queue: str, value: str):
         entries = f"{len(written)} LMQ entr{'y' if len(written) == 1 else 'ies'}"
@@ -190,8 +188,7 @@ class LmqNotifyThrows(DispatchThrows):
 
 
 def notify_throw(topic: str, queue_id: int, properties: Mapping[str, str], dispatched: bool, *, rule: int) -> LmqNotifyThrows | None:
-    """``LmqNotifyThrows`` where the reput's notify of a record throws, else None; ``rule``: the release's
-    ``checkMultiDispatchQueue`` rule (``LMQ_SKIP_*``), of which the notify keeps the %RETRY% skip alone."""
+    """``LmqNotifyThrows`` where the reput's notify throws, else None (``rule``: its %RETRY% skip alone)."""
     try:
         multi_dispatch_targets(topic, queue_id, properties, rule=min(rule, LMQ_SKIP_RETRY))
     except LmqOffsetThrows as exc:

@@ -1,5 +1,4 @@
-"""JSON as fastjson 1.2.x writes and reads ``config/*.json`` (reference §1.4): bare keys (``{0:76}``), tabs, and what
-``DEFAULT_PARSER_FEATURE`` accepts; ``loads`` gives a bare integer key as an ``int``."""
+"""JSON as fastjson 1.2.x writes and reads ``config/*.json`` (reference §1.4): bare keys, tabs, leniencies."""
 
 from __future__ import annotations
 
@@ -137,8 +136,7 @@ class _Parser:
 
 
 def loads(text: str) -> Any:
-    """Parse ``text`` as fastjson's ``JSON.parse`` (raises ``FastjsonError``): strict JSON through the C ``json`` decoder, which
-    reads it the same, anything else through the lenient parser."""
+    """``JSON.parse`` of ``text`` (``FastjsonError``): strict JSON by the C ``json`` decoder, the rest by the lenient parser."""
     try:
         return json.loads(text, parse_constant=_reject)
     except (ValueError, RecursionError):

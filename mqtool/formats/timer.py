@@ -1,5 +1,4 @@
-"""The 5.x timer store (reference §9; @5.0.0-5.3.3): the 52-byte ``timerlog/`` unit (a file ends with a 16-byte blank), the
-32-byte ``timerwheel`` ``Slot`` and ``config/timercheck`` (``TimerCheckpoint``)."""
+"""The 5.x timer store's layouts (reference §9): ``timerlog/`` unit, ``timerwheel`` ``Slot``, ``timercheck``."""
 
 from __future__ import annotations
 

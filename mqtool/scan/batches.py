@@ -63,8 +63,7 @@ def _utf8_ok(arr: pa.Array) -> bool:
 
 
 def _hosts(array: np.ndarray, pos: np.ndarray, at: np.ndarray, wide: np.ndarray) -> pa.Array:
-    """``ip:port`` strings of the host field at ``pos + at`` (16 bytes where ``wide``, else 4) by ``kernels.format_hosts`` in one
-    pass; IPv4-mapped IPv6 addresses by ``format_host``, spliced in."""
+    """``ip:port`` of the host at ``pos + at`` (16 bytes where ``wide``) by ``kernels.format_hosts``; v4-mapped by Python."""
     offsets, data, mapped = kernels.format_hosts(array, pos, at, wide)
     if mapped.any():
         redo = np.flatnonzero(mapped)
@@ -292,8 +291,7 @@ class MessageBatchBuilder:
 
 
 def with_edges(batch: pa.RecordBatch, first: bool, last: bool, skipped: Sequence[int] = ()) -> pa.RecordBatch:
-    """Mark the first and/or last row of ``batch`` as its split's edge (``split_edge``); the last one
-    carries the damage the split read past (``split_skipped``: where each range begins, where it resumes)."""
+    """Mark ``batch``'s first and/or last row as its split's edge, the last carrying ``split_skipped``."""
     if not (first or last) or batch.num_rows == 0:
         return batch
     edge = np.zeros(batch.num_rows, dtype=bool)

@@ -56,8 +56,7 @@ def fill_null(values, fill_value):
 
 
 def numbers(values: np.ndarray, type: pa.DataType, valid: np.ndarray | None = None) -> pa.Array:
-    """A fixed-width (or boolean) Arrow array of ``values`` (``valid``: a bool mask, None = no nulls). Not ``pa.array``: it asks
-    numpy whether ``values`` is a masked array, and that imports ``numpy.ma``."""
+    """A fixed-width or boolean Arrow array of ``values`` (``valid``: mask), without ``pa.array``'s ``numpy.ma``."""
     boolean = pa.types.is_boolean(type)
     data = np.packbits(values, bitorder="little") if boolean else np.ascontiguousarray(values, dtype=np.dtype(f"<i{type.bit_width // 8}"))
     bitmap, nulls = validity(valid)

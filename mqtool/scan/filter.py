@@ -1,5 +1,4 @@
-"""``MessageFilter``, the one implementation of ``mqtool dump``'s filters, on Arrow batches of ``MESSAGE_SCHEMA`` for every
-reader; and the checks of the offset options ``dump`` and Spark share."""
+"""``MessageFilter``, the one implementation of ``mqtool dump``'s filters, and its offset checks (shared with Spark)."""
 
 from __future__ import annotations
 

@@ -48,8 +48,7 @@ _OPS = np.array([{"sum": 0, "min": 1, "max": 2}[op] for _, _, op in AGGREGATES],
 
 
 class GroupTable:
-    """Aggregates per (topic key, queue id, period): an open-addressing hash table in arrays, filled
-    by the compiled ``accumulate`` (the one aggregation of ``mqtool stats`` and the Spark reader)."""
+    """Aggregates per (topic key, queue id, period) in an open-addressing hash table, filled by ``accumulate``."""
 
     def __init__(self, init: np.ndarray = _INIT, ops: np.ndarray = _OPS, capacity: int = 1 << 10):
         self.init, self.ops = init, ops
@@ -92,8 +91,7 @@ def accumulate(table: GroupTable, columns: dict[str, np.ndarray], period_ms: int
 
 
 def to_arrow(table: GroupTable, topic_of: Callable[[np.ndarray], pa.Array], *, extended: bool) -> pa.Table:
-    """The table's groups as Arrow: ``KEYS`` then the aggregate columns (``topic_of`` turns the
-    topic keys into the topic column; a queue without dispatched records has null queue offsets)."""
+    """The groups as Arrow: ``KEYS`` then the aggregates (``topic_of`` names the topics; null offsets where none dispatched)."""
     keys, values = table.groups()
     order = np.lexsort((keys[:, 2], keys[:, 1], keys[:, 0]))
     keys, values = keys[order], values[order]

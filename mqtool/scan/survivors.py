@@ -56,8 +56,7 @@ def detect_kind(ids: list[str], store: Store) -> IdKind:
 
 
 def before_the_log(ids: list[str], store: Store) -> int:
-    """How many offsetMsgIds encode an offset below the commit log's min offset: their segments are gone
-    (retention's ``deleteExpiredFile``, or deleted), so they are missing whatever the store holds."""
+    """How many offsetMsgIds point below the log's min offset: their segments are gone, so they are missing."""
     return sum(1 for i in ids if _HEX_ID.fullmatch(i) and int(i[-16:], 16) < store.commitlog.min_offset)
 
 
@@ -176,8 +175,7 @@ class _OnDisk:
 
 @dataclass
 class QueuesAfter:
-    """What consumability is judged against: ``view`` in words; ``candidates``, per candidate version its eras' label and queues
-    after the next start ((topic, queue id) -> ``QueueAfter``); empty: as on disk."""
+    """What consumability is judged on: ``view`` in words, per candidate the queues after the next start."""
 
     view: str
     candidates: list[tuple[str, dict[tuple[str, int], QueueAfter]]] = field(default_factory=list)

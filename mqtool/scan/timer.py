@@ -115,8 +115,7 @@ class TimerWalk:
         return resumed if resumed is not None and resumed > end.offset else None
 
     def _loose(self, end: ScanEnd, resume: int) -> None:
-        """The whole record inside a DLedger entry whose header alone is broken (``dledgerstart.loose_walk``), which the broker
-        serves and verify's walk reads (``LogStream``), fed as the scan's records are."""
+        """The served record inside a header-broken DLedger entry (``loose_walk``), fed as the scan's records."""
         from ..store.dledgerstart import loose_walk
 
         walk = loose_walk(self.store.commitlog, end, resume, check_crc=False, stop_on_crc=False)

@@ -46,8 +46,7 @@ class BatchConsumeQueue(FileQueue):
         return read_units(path, self.file_size, unit_dtype())
 
     def entries(self, *, include_invalid: bool = False) -> Iterator[BatchUnit]:
-        """Units in order until the first invalid one; with ``include_invalid``, every unit up to
-        the last non-zero one of each file (the rest of a file is the broker's preallocated zeros)."""
+        """Units up to the first invalid one; ``include_invalid``: up to each file's last non-zero unit."""
         for base, path in self.files:
             units = self.units(path)
             stop = data_end(units) if include_invalid else first_invalid(units)

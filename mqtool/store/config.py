@@ -70,8 +70,7 @@ def _int(conf: dict[str, str], *keys: str) -> int | None:
 
 
 def _size(conf: dict[str, str], *keys: str, what: str = "file size", written: str = "record") -> int | None:
-    """A ``mappedFileSize*`` (or, ``what``, index size) setting, refused when 0 or less: no broker wrote a file or index entry
-    with it (``MappedFile.init``, ``IndexFile.putKey``, reference §6.6)."""
+    """A size setting (``what``), refused when 0 or less: no broker wrote files or index entries with it (§6.6)."""
     size = _int(conf, *keys)
     if size is not None and size <= 0:
         key = next(k for k in keys if k in conf)

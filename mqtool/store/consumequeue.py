@@ -64,8 +64,7 @@ class QueueRecovery(NamedTuple):
         return self.end // ENTRY_SIZE
 
     def max_physic_offset(self, dedup_by_end: bool) -> int:
-        """The queue's ``maxPhysicOffset`` after ``ConsumeQueue.recover``: the last valid unit's offset + size from 4.5.0, its
-        start offset up to 4.4.0 (rules §3.4, ``VersionRules.cq_dedup_by_end``)."""
+        """``maxPhysicOffset`` after recovery: the last unit's end from 4.5.0, its start before (rules §3.4)."""
         return self.max_phys_offset if dedup_by_end else self.last_phys_offset
 
 
@@ -96,8 +95,7 @@ class FileQueue:
 
     @cached_property
     def wrong_lengths(self) -> list[tuple[int, Path, int, bool]]:
-        """``mappedfile.wrong_length_files`` of the queue's listing (``last``: the folder's last entry, strays
-        included): read once for ``verify``'s ``cq-file-size`` and the next start's ``queue_refusal``."""
+        """``mappedfile.wrong_length_files`` of the queue's listing, once (``cq-file-size``, ``queue_refusal``)."""
         return wrong_length_files(self.files, self.strays, self.file_size)
 
 
@@ -123,8 +121,7 @@ class ConsumeQueue(FileQueue):
                 return
 
     def runs_into(self, start: int, stop: int) -> list[tuple[int, int]]:
-        """``(first, end)`` queue offsets of each run of consecutive entries (up to the queue's first
-        invalid unit; a filler is no entry) pointing into the commit log range [``start``, ``stop``)."""
+        """``(first, end)`` queue offsets of each run of entries pointing into the log range [``start``, ``stop``)."""
         import numpy as np
 
         runs: list[tuple[int, int]] = []
@@ -158,8 +155,7 @@ class ConsumeQueue(FileQueue):
         return None
 
     def recover(self) -> QueueRecovery:
-        """``ConsumeQueue.recover``: from the third-from-last file, the first invalid unit ends
-        the queue; a file valid to its end continues into the next (§5.7). Read once, kept with ``files``."""
+        """``ConsumeQueue.recover`` from the third-from-last file to the first invalid unit (§5.7), read once."""
         if self._recovered is None:
             self._recovered = self._recover()
         return self._recovered
@@ -192,8 +188,7 @@ READ_BELOW = 1 << 16  # bytes: a file this small is read, not mapped (a map cost
 
 
 def read_units(path: Path, file_size: int, dtype: "np.dtype | None" = None) -> np.ndarray:
-    """The units (``dtype``, a consume queue's by default) of one file as a read-only numpy view of its map, or of its bytes when
-    smaller than ``READ_BELOW``; only ``file_size`` bytes count."""
+    """A file's units (``dtype``) as a read-only view of its map, or its bytes below ``READ_BELOW``; ``file_size`` bytes."""
     import numpy as np
 
     dtype = unit_dtype() if dtype is None else dtype
@@ -229,15 +224,13 @@ def read_unit(path: Path, position: int) -> tuple[int, int, int] | None:
 
 
 def units_are(file, position: int, phys, size, tags) -> bool:
-    """Whether an open file's units from byte ``position`` are (``phys``, ``size``, ``tags``), in one ``pread``; past its end it
-    reads zeros, as the broker's map (``_queueunits.units_equal``)."""
+    """Whether a file's units from ``position`` are (``phys``, ``size``, ``tags``), one ``pread``, zeros past its end."""
     count = len(phys) * ENTRY_SIZE
     return units_equal(os.pread(file.fileno(), count, position).ljust(count, b"\0"), phys, size, tags)
 
 
 def _valid_prefix(path: Path, file_size: int) -> tuple[int, tuple[int, int] | None]:
-    """Units of one file before its first invalid one (``offset < 0`` or ``size <= 0``, §5.7) and the
-    last valid unit's ``(phys_offset, size)``; ``file_size`` bytes read or mapped as ``read_units`` does."""
+    """A file's units before its first invalid one (§5.7) and the last valid ``(phys_offset, size)``."""
     if file_size < READ_BELOW:
         with _open(path) as f:
             return _valid_prefix_of(f.read(file_size))
@@ -302,8 +295,7 @@ TopicListing = list[tuple[Path, list[os.DirEntry]]]
 
 
 def topic_listing(directory: Path) -> TopicListing:
-    """Each ``<topic>/`` folder of ``directory`` with its entries by name, as ``loadConsumeQueue`` lists them: listed once for
-    ``queue_directories``, ``queue_path_files`` and ``topic_strays``."""
+    """Each ``<topic>/`` folder of ``directory`` with its entries by name, as ``loadConsumeQueue`` lists them, once."""
     return [(t, _entries(t)) for t in _subdirs(directory)]
 
 

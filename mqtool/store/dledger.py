@@ -123,8 +123,7 @@ class DLedgerCommitLog(CommitLog):
         return walk_resume(self, end)
 
     def file_alone(self, offset: int) -> CommitLog:
-        """The data file holding ``offset`` as a classic log of its own: where a record inside an entry whose header is
-        broken is walked as a record (``dledgerstart.record_in_broken_entry``)."""
+        """The data file holding ``offset`` as a classic log of its own, for a header-broken entry's record."""
         return CommitLog([self.segments[self.segment_index(offset)]], self.file_size)
 
     def entries(self, start: int | None = None, *, with_blanks: bool = False) -> "EntryScan":
@@ -225,8 +224,7 @@ def unit_matches(unit: dfmt.IndexUnit | None, h: dfmt.EntryHeader) -> bool:
 
 
 def entry_end(header: dfmt.EntryHeader, previous: dfmt.EntryHeader | None, room: int, zeros: bool = True) -> ScanEnd | None:
-    """Where and why ``DLedgerMmapFileStore.recover``'s walk stops at this entry (``room``: the bytes of its file from it;
-    ``zeros``: its header bytes are all zero, no entry written), or None (§15.4)."""
+    """Where and why ``recover``'s walk stops at this entry (``room``: bytes left; ``zeros``: none written), or None."""
     if zeros and header.magic == 0 and header.size == 0:
         return ScanEnd(header.offset, StopReason.ZEROS, "no entry written here")
     problem = entry_problem(header, previous)
@@ -346,8 +344,7 @@ class DLedgerScan(CommitLogScan):
 
 
 def open_commitlog(layout: DLedgerLayout, classic: list[Segment], file_size: int | None) -> DLedgerCommitLog:
-    """The commit log view of a DLedger store; without a data file its size is the classic segments' (``DLedgerCommitLog`` sets
-    ``mappedFileSizeForEntryData`` to ``mappedFileSizeCommitLog``, 4.5.1-5.3.3)."""
+    """The commit log view of a DLedger store (4.5.1-5.3.3: without data files, the classic segments' size)."""
     files = offset_named_files(layout.data_dir)
     data, size = segments_of(files, file_size if file_size is not None or files or not classic else classic[-1].size)
     divided = classic[-1].end_offset if classic else 0

@@ -182,8 +182,7 @@ def _self_described(cl: DLedgerCommitLog, at: int) -> clfmt.CommitLogRecord | No
 
 
 def record_in_broken_entry(cl: DLedgerCommitLog, end: ScanEnd, resume: int) -> int | None:
-    """The offset of the self-describing record inside the header-broken entry at ``end``, ending at ``resume``, or None; the
-    broker serves it (``getMessage`` reads by offset, a reput skips the header)."""
+    """The offset of the served self-describing record inside the header-broken entry at ``end``, or None."""
     at = end.offset + dfmt.ENTRY_HEADER_SIZE
     index = cl.segment_index(end.offset)
     if end.reason == StopReason.CRC or index is None or not cl.is_entry_file(cl.segments[index]) or at >= resume:

@@ -45,8 +45,7 @@ def as_array(buf) -> np.ndarray:
 
 
 class SegmentBatch(NamedTuple):
-    """Valid records found in one call: ``rows`` (a view of ``out``), the array their positions index (the segment's; the
-    window of a ``read_window`` walk) and the log offset of its first byte."""
+    """Records found in one call: ``rows`` (a view of ``out``), the array they index and its first byte's log offset."""
 
     base_offset: int
     array: np.ndarray
@@ -255,8 +254,7 @@ def last_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = None
 
 
 class PagesAhead:
-    """Maps a segment map's pages up to ``AHEAD`` bytes ahead of a sequential walk (``at(pos)``) in a thread (``_pages.populate``,
-    Linux 5.14+); positions go by a ``SimpleQueue`` (Ctrl-C safe)."""
+    """Maps a map's pages up to ``AHEAD`` bytes ahead of a sequential walk (``at``) in a thread (``_pages.populate``)."""
 
     AHEAD = 16 << 20
     STEP = 2 << 20

@@ -112,8 +112,7 @@ def query_offsets(files: Iterable[IndexFile], topic: str, key: str, max_num: int
 
 
 def _geometry_fits(buf, slots: int, count: int, probes: int = 16) -> bool:
-    """Whether each of the newest ``probes`` entries has a hash and time diff >= 0 and a ``prev_index``
-    below its own number, and is reachable from its slot's head by ``prev_index``, under this geometry."""
+    """Whether the newest ``probes`` entries are sound and reachable from their slots under this geometry."""
     newest = count - 1
     for number in range(newest, max(0, newest - probes), -1):
         key_hash, _phy, diff, prev = fmt.ENTRY.unpack_from(buf, fmt.entry_position(slots, number))
@@ -193,8 +192,7 @@ def list_index_files(index_dir: Path) -> list[Path]:
 
 
 def index_strays(index_dir: Path) -> list[tuple[StrayEntry, None, int]]:
-    """``(entry, None, index files sorting after it)`` of each entry of ``index_dir`` ``IndexService.load`` lists but
-    ``list_index_files`` does not read (one ``mappedfile.folder_entries`` listing)."""
+    """``(entry, None, files after it)`` of each ``index_dir`` entry ``IndexService.load`` lists but does not read."""
     if not index_dir.is_dir():
         return []
     files, strays = folder_entries(index_dir, _read_as_index_file)
@@ -202,8 +200,7 @@ def index_strays(index_dir: Path) -> list[tuple[StrayEntry, None, int]]:
 
 
 def index_file_name(store_timestamp_ms: int) -> str:
-    """yyyyMMddHHmmssSSS of a time in UTC (``UtilAll.timeMillisToHumanString``), shifted by 400-year cycles into Python's years (a
-    damaged STORETIMESTAMP can lie far outside); a negative one taken as 0."""
+    """yyyyMMddHHmmssSSS of a time in UTC (``timeMillisToHumanString``), any year, negatives as 0."""
     store_timestamp_ms = max(store_timestamp_ms, 0)
     cycles = store_timestamp_ms // _GREGORIAN_CYCLE_MS - 18  # into years 7170-7570
     ms = store_timestamp_ms - cycles * _GREGORIAN_CYCLE_MS

@@ -136,8 +136,7 @@ def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits:
 
 
 def served(store: Store, result: Lookup) -> Lookup:
-    """``result`` less the records the next start cuts off (``nextstart.ends_before``: ``lookMessageByOffset`` maps nothing past
-    the end), each such row's ``error`` saying where the log ends."""
+    """``result`` less the records the next start cuts off (``nextstart.ends_before``), their ``error`` saying why."""
     read = [f for f in result.found if f.record is not None]
     for f, cut in zip(read, ends_before(store, [(f.offset, f.record.total_size) for f in read])):
         if cut is not None:
@@ -198,8 +197,7 @@ def read_queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int,
 
 
 def queue_max_after_cut(store: Store, topic: str, queue_id: int, end: int, below: int) -> int:
-    """The queue's max offset once ``truncateDirtyLogicFiles(end)`` (§5.8) removed its units at or past ``end``, the first at
-    ``below`` (a binary search); 0 when that is its first file's first."""
+    """The queue's max offset once ``truncateDirtyLogicFiles(end)`` (§5.8) removed its units at or past ``end``."""
     queue = store.consume_queue(topic, queue_id)
     first = low = queue.files[0][0] // ENTRY_SIZE
     high = below
@@ -214,8 +212,7 @@ def queue_max_after_cut(store: Store, topic: str, queue_id: int, end: int, below
 
 
 def pickup_store_timestamp(store: Store, phys_offset: int, size: int) -> int:
-    """``CommitLog.pickupStoreTimestamp``: the record's store time, or -1 below the min offset, where ``getMessage(offset, size)``
-    maps nothing (a filler, ``cqfmt.is_filler``) or no record can be read."""
+    """``CommitLog.pickupStoreTimestamp``: the record's store time, or -1 where nothing is mapped or read."""
     segment = store.commitlog.file_size
     if phys_offset < store.commitlog.min_offset or phys_offset % segment + size > segment:
         return -1

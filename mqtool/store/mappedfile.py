@@ -25,8 +25,7 @@ def offset_file_name(offset: int) -> str:
 
 
 def open_read_only(path: Path) -> int:
-    """A read-only descriptor of a store file; a file that cannot be opened is one line of error, and so is a
-    FIFO, socket or device node, never opened (a FIFO waits for a writer, a device reads the device)."""
+    """A read-only descriptor of a store file; an unopenable or special file is one line of error."""
     try:
         if special(os.stat(path).st_mode):
             raise BadInput(f"{path}: a FIFO, socket or device node, not a file: mqtool never opens one; move it out of the store")
@@ -40,8 +39,7 @@ def open_read_only(path: Path) -> int:
 
 
 class MappedFile:
-    """One store file mapped read-only (``O_RDONLY``, ``ACCESS_READ``); ``buf`` supports ``struct.unpack_from``
-    and slicing (``bytes`` copies: no view outlives ``close``), empty for a zero-length file."""
+    """One store file mapped read-only; ``buf`` slices and unpacks (no view outlives ``close``); empty for 0 bytes."""
 
     __slots__ = ("path", "base_offset", "size", "_map")
 
@@ -266,8 +264,7 @@ def wrong_length_files(files, strays, file_size: int | None) -> list[tuple[int, 
 
 
 def stray_entries(directory: Path) -> list[StrayEntry]:
-    """The entries of ``directory`` the broker's load lists (``File.listFiles``) and mqtool does not
-    read as files of it (``folder_entries``), by name; none where ``directory`` is no directory."""
+    """The entries of ``directory`` the broker lists (``File.listFiles``) that mqtool does not read as its files."""
     return folder_entries(directory)[1] if os.path.isdir(directory) else []
 
 
@@ -291,8 +288,7 @@ def sigbus_handled() -> bool:
 
 
 def exit_on_sigbus(*, worker: bool = False) -> None:
-    """A failed read through a map (SIGBUS) made one stderr line and exit 3, not "Bus error" (135), by a compiled handler
-    (``_sigbus.pyx``); ``worker``: the signal is handed to the waiting parent."""
+    """A SIGBUS made one stderr line and exit 3 by a compiled handler (``_sigbus.pyx``); ``worker``: sent to the parent."""
     global _sigbus_handled
     if _sigbus_handled and not worker:
         return

@@ -62,8 +62,7 @@ class NextStart:
         return f"{ENDS.get(self.end_reason, self.end_reason)} at {self.logical_end}"
 
     def reported_end(self, walked: ScanEnd | None) -> tuple[int | None, str]:
-        """(logical end, why) as ``verify`` and Spark report them (docs/verify.md): this start's end; where it refuses to start,
-        where ``walked`` ends, or a DLedger store's entry walk (``walk_end``)."""
+        """(logical end, why) as ``verify`` and Spark report them: this start's, ``walked``'s or ``walk_end``'s."""
         walked = self.walk_end or walked
         if self.logical_end is not None or walked is None:
             return self.logical_end, self.end_reason
@@ -194,8 +193,7 @@ RECOVER_FIXES = ", which `mqtool recover` fixes"  # a consume queue file's way o
 
 
 def log_refusals(store: Store) -> tuple[str | None, str | None]:
-    """(``log_refusal``, None); where that is ``wheel_refusal``, with the refusal met once ``repair`` resized the wheel, (that,
-    None) for the log's own, else (None, the wheel's with any ``later_refusal``)."""
+    """(``log_refusal``, None), or with a ``wheel_refusal`` what follows once the wheel is resized."""
     why = log_refusal(store)
     if why is None or why != wheel_refusal(store):
         return why, None
@@ -257,8 +255,7 @@ def start_of(store: Store) -> ScanStart | None:
 
 
 def scan_start_offset(store: Store) -> int:
-    """The offset the broker's next start scans from (``start_of``): damage before it does not end the log the broker serves. The
-    commit log's first offset without a store directory or for a DLedger store."""
+    """The offset the next start scans from (``start_of``); the first offset without a store or for DLedger."""
     start = start_of(store) if store.root is not None else None
     return store.commitlog.min_offset if start is None else start.offset
 
@@ -388,8 +385,7 @@ def config_refusal(store: Store, name: str, eras) -> str | None:
 
 
 def bak_refusal(store: Store, name: str, eras, without: frozenset[str] = frozenset()) -> tuple[str, str, str] | None:
-    """(why, which eras: "" all, why the file was passed over) the broker refuses to start on config file ``name``
-    (``ConfigManager.loadBak`` false: ``ConfigDocument.bak_unusable``, rules 7.4), or None."""
+    """(why, which eras, why passed over) the broker refuses to start on config ``name`` (rules 7.4), or None."""
     if store.root is None or not eras:
         return None
     by_chars = set(store.eras_where("reads_config_by_chars"))
@@ -423,8 +419,7 @@ def stray_refusal(store: Store, entry, file_size: int | None, later: bool, loade
 
 
 def first_stray_refusal(store: Store, strays, loader: str = MAPPED_FILE_QUEUE, eras=None) -> str | None:
-    """``stray_refusal`` of the first of ``strays`` (``(entry, the folder's file size, a file sorts after it)``, as
-    ``Store`` lists them) the broker refuses to start on, with the way out, or None."""
+    """``stray_refusal`` of the first of ``strays`` (as ``Store`` lists them) refused, with the way out, or None."""
     for entry, file_size, later in strays:
         if (why := stray_refusal(store, entry, file_size, later, loader, eras)) is not None:
             return why if entry.unmounted else why + "; `mqtool repair` moves it out"
@@ -432,8 +427,7 @@ def first_stray_refusal(store: Store, strays, loader: str = MAPPED_FILE_QUEUE, e
 
 
 def unmounted_file(store: Store) -> str | None:
-    """The first file of the commit log, a queue, the timer log or DLedger's folders that is a dangling symlink, with what to do
-    (``StrayEntry.unmounted``), or None: no plan may be made without its bytes."""
+    """The first dangling symlink of the store's files, with what to do, or None: no plan without its bytes."""
     timer = store.timer_log_listing.strays if store.timer_log_listing is not None else []
     strays = [p.entry for p in store.problems if p.kind == STRAY_ENTRY] + [e for q in (*store.consume_queues, *store.batch_consume_queues)
                                                                            for e in q.strays]
@@ -506,8 +500,7 @@ def checkpoint_refusal(store: Store, way_out: str = "; `mqtool repair` moves it 
 
 
 def timer_refusal(store: Store) -> str | None:
-    """Why a 5.x broker refuses to start on ``timerlog/`` (``TimerLog.load`` is a ``MappedFileQueue.load``), after the other
-    refusals, with what fixes it (``TimerLogListing.fixed_by``); or None."""
+    """Why a 5.x broker refuses to start on ``timerlog/``, with what fixes it (``TimerLogListing.fixed_by``); or None."""
     from .timer import timer_eras
 
     eras, listing = timer_eras(store.version_guess.eras), store.timer_log_listing
@@ -545,8 +538,7 @@ def queue_refusal(store: Store, fix: str = RECOVER_FIXES) -> str | None:
 
 
 def refused_by(store: Store, empty_last: bool, eras=None) -> str | None:
-    """Which eras of ``eras`` (the store's) refuse a file ``MappedFileQueue.load`` finds of the wrong length (``empty_last``: a
-    zero-length last entry): None for none, "" for all, else which."""
+    """Which of ``eras`` refuse a wrong-length file (``empty_last``: a zero-length last one): None, "" for all, or which."""
     eras = store.version_guess.eras if eras is None else eras
     return which_do(refusing_eras(eras, empty_last), eras)
 

@@ -32,8 +32,7 @@ def relation(offset: int, rng: QueueRange | None) -> str:
 
 
 def progress_row(store: Store, topic: str, queue_id: int, offset: int, cache: dict, lag: bool = True) -> dict[str, Any]:
-    """One committed offset against its queue: range, relation, lag, next message's store time
-    (``lag`` False: the lag fields None, the units and the record unread, where only the place counts)."""
+    """One committed offset against its queue: range, relation, lag, next store time (``lag`` False: unread)."""
     key = (topic, queue_id)
     if key not in cache:
         cache[key] = queue_range(store, topic, queue_id)

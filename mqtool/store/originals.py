@@ -15,8 +15,7 @@ CHUNK = 1 << 22  # bytes read at a time where the bytes expected are zeros
 
 
 class OriginalFiles:
-    """A rebuild's original files read with ``pread`` one at a time as its bytes come, each byte once: memory flat; past a short
-    file's end zeros, as the broker's map of the configured size."""
+    """A rebuild's original files, one open at a time, read by ``pread`` once each (zeros past a short end): memory flat."""
 
     def __init__(self):
         self._open: tuple[Path, object] | None = None

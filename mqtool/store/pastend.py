@@ -63,8 +63,7 @@ def _search_from(extents: list[tuple[int, int]], pos: int) -> int | None:
 
 
 def _next_self_described(array, start: int, base: int, accept_v2: bool, buf, extents: list[tuple[int, int]]) -> int:
-    """The first position at or after ``start`` of a record magic (V2 with ``accept_v2``) whose PHYSICALOFFSET is its own, a
-    window at a time, skipping zero windows to the next data range of ``extents``."""
+    """The first record magic at or after ``start`` whose PHYSICALOFFSET is its own, skipping zero windows."""
     size = array.shape[0]
     tail = _PHYS + 8
     q = start

@@ -12,8 +12,7 @@ RESYNC_CHAIN = 3  # records that must chain after a resynchronisation candidate
 
 
 def record_start(commitlog: CommitLog, offset: int) -> int:
-    """Where ``--from-offset offset`` reads from: the log's min offset when before it, that offset when a
-    record (or end-of-file blank) starts there, else the next record start (``scan_start``)."""
+    """Where ``--from-offset offset`` reads from: the min offset, that offset at a record start, else ``scan_start``."""
     from ..formats.errors import FormatError
 
     offset = max(offset, commitlog.min_offset)
@@ -25,8 +24,7 @@ def record_start(commitlog: CommitLog, offset: int) -> int:
 
 
 def record_start_note(asked: int, start: int, min_offset: int) -> str | None:
-    """What ``mqtool dump`` (and the Spark scan) say when ``--from-offset asked`` reads from ``start``
-    (``record_start``) rather than from the offset asked (or the log's min offset, when before it)."""
+    """What ``dump`` and Spark say when ``--from-offset asked`` reads from ``start`` instead; None when it does not."""
     if start == max(asked, min_offset):
         return None
     return f"--from-offset {asked} is not a record start; reading from the next record at {start}"

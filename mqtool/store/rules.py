@@ -196,8 +196,7 @@ class VersionRules:
 
     @property
     def zero_length_last_file_refused(self) -> bool:
-        """§2.13: 4.5.0-4.9.1 and 4.9.3-5.1.2 refuse to start on a zero-length last file (``MappedFileQueue.load``: "length not
-        matched"); 3.2.6-4.4.0 and 4.9.2 leave it out and start, 5.1.3+ delete it."""
+        """§2.13: 4.5.0-4.9.1 and 4.9.3-5.1.2 refuse to start on a zero-length last file ("length not matched")."""
         return not (self.wrong_length_file_ignored or self.zero_length_last_file_deleted)
 
     delay_table_missing_in_recovery = _rule("E11", before="E13")
@@ -246,8 +245,7 @@ class VersionRules:
 
     @property
     def index_rule(self) -> int:
-        """§4.2: ``formats.dispatch.INDEX_UNIQ_AND_KEYS`` from 4.0.0, ``INDEX_KEYS_ONLY`` in 3.2.6
-        (``IndexService.buildIndex``); the dispatch kernel's ``index_enable`` when the index is on."""
+        """§4.2 (``IndexService.buildIndex``): ``INDEX_UNIQ_AND_KEYS`` from 4.0.0, ``INDEX_KEYS_ONLY`` in 3.2.6."""
         return INDEX_UNIQ_AND_KEYS if self.indexes_uniq_key_and_commit else INDEX_KEYS_ONLY
 
     index_counts_used_slots = _rule("E8")

@@ -45,8 +45,7 @@ class Run:
 
 @dataclass
 class Gap:
-    """Bytes from ``start`` (where the chain broke) to ``end`` that hold no valid record. ``resumed``: a
-    record (or an end-of-file blank) starts at ``end``; else ``end`` is past the last non-zero byte."""
+    """Bytes ``[start, end)`` holding no valid record; ``resumed``: a record starts at ``end``, else the data ended."""
 
     start: int
     end: int

@@ -86,7 +86,7 @@ class Split:
         return commitlog_of([self.segment], self.size).resume_after_damage(end) if self.reads_past(end) else None
 
     def reads_past(self, end: ScanEnd) -> bool:
-        """Whether the read goes on after ``end`` (``resume``): before ``resume_before``, ``keep_going``, or DLedger's kept
+        """Whether the read goes on past ``end``: before ``resume_before``, with ``keep_going``, or where DLedger keeps the
         log."""
         if self.served is not None:
             return self.resume(end) is not None
@@ -100,8 +100,7 @@ class Split:
         return walk.end
 
     def handoff_start(self, record_offset: int) -> int:
-        """Where the record at ``record_offset`` starts for ``check_handoffs``: its DLedger entry's
-        first byte (``ENTRY_HEADER_SIZE`` before it) in a data file, else the record's own offset."""
+        """Where the record at ``record_offset`` starts for ``check_handoffs``: its DLedger entry's first byte, else itself."""
         return record_offset - (ENTRY_HEADER_SIZE if self.entries else 0)
 
 
@@ -288,8 +287,7 @@ def check_splits(results: Iterable[SplitResult], splits: dict[tuple[Hashable, in
     found: list[Damage] = []
 
     def resume(r: SplitResult, chain_end: int) -> int | None:
-        """Where the read goes on past the damage at ``chain_end``, step by step up to ``r.first`` (damaged records in
-        adjacent DLedger entries are read past one at a time, as ``mqtool dump`` reads them)."""
+        """Where the read goes on past the damage at ``chain_end``, step by step up to ``r.first``, as ``dump`` reads."""
         split, at, steps = splits[(r.segment, r.start)], chain_end, []
         while at < r.first:
             end = split.end_at(at)

@@ -74,8 +74,7 @@ def max_queue_phys_offset(store: Store) -> int:
 
 
 def log_recovery_mode(store: Store, rules: VersionRules, mode: str | None = None) -> str:
-    """How the classic commit log is recovered: ``mode`` (by the abort file), but normal where a 4.5.0-5.1.4 DLedger broker loads
-    it without DLedger data ("No need the abnormal recover"; §8.4)."""
+    """The classic log's recovery: ``mode``, but normal under a 4.5.0-5.1.4 DLedger broker without DLedger data (§8.4)."""
     mode = mode or ("abnormal" if store.abort_present else "normal")
     return "normal" if mode == "abnormal" and store.is_dledger and not rules.dledger_abnormal_redispatch else mode
 

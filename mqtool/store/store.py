@@ -101,8 +101,7 @@ def empty_not_last(after: StrayEntry | None, eras=None) -> str:
 
 
 def stray_effects(eras, entry: StrayEntry, file_size: int | None, later: bool, loader: str = MAPPED_FILE_QUEUE) -> dict[str, list[Era]]:
-    """``{mappedfile.load_effect: the eras of eras doing it}`` for a stray entry of a folder ``loader`` loads;
-    left out with every later file but with no file after it (``later`` False), it is skipped."""
+    """``{load_effect: eras}`` for a stray entry a ``loader`` loads; left out with nothing after it: skipped."""
     effects: dict[str, list[Era]] = {}
     for era in eras:
         effect = load_effect(entry, file_size, VersionRules(era.representative), loader)
@@ -288,8 +287,7 @@ class Store:
 
     @cached_property
     def dledger_strays(self) -> list[tuple[StrayEntry, int | None, bool]]:
-        """``(entry, file size, True)`` of each entry of DLedger's ``data/`` and ``index/`` that is no file of it, which
-        ``MmapFileList.load`` refuses (``MMAP_FILE_LIST``; verify's ``dledger-stray-entry``)."""
+        """``(entry, file size, True)`` of each non-file entry of DLedger's folders (``dledger-stray-entry``)."""
         layout = getattr(self.commitlog, "layout", None) if self.is_dledger else None
         if layout is None:
             return []
@@ -305,8 +303,7 @@ class Store:
 
     @property
     def recovers_dledger_data(self) -> bool:
-        """Whether the broker's recovery walks DLedger data files: a DLedger store with one; without,
-        ``DLedgerCommitLog.recover`` recovers the classic commit log ("the first time to load mixed commitlog")."""
+        """Whether the recovery walks DLedger data files: a DLedger store with one ("first time to load mixed")."""
         return self.is_dledger and bool(self.commitlog.entry_segments())
 
     def _given(self, version: str | None) -> "Store":
@@ -469,8 +466,7 @@ class Store:
 
     @property
     def multi_dispatch(self) -> bool:
-        """Whether the broker writes LMQ entries (reference §3.6): as ``--broker-config``'s ``enableMultiDispatch`` says, else yes
-        (the records carry ``INNER_MULTI_QUEUE_OFFSET`` only when it is on)."""
+        """Whether the broker writes LMQ entries (§3.6): ``enableMultiDispatch`` as configured, else yes."""
         return True if self.config.enable_multi_dispatch is None else self.config.enable_multi_dispatch
 
     @cached_property
@@ -484,8 +480,7 @@ class Store:
 
     @property
     def no_properties_npe(self) -> bool | None:
-        """Whether the broker throws on a record without properties (rules §3.12, ``NoPropertiesThrows``): True for 4.9.3 with
-        multi-dispatch on, None where only era E12 is known, else False."""
+        """Whether the broker throws on a record without properties (rules §3.12): True, None (only E12 known) or False."""
         guess = self.version_guess
         if not self.multi_dispatch_on:
             return False
@@ -505,8 +500,7 @@ class Store:
 
     @cached_property
     def unreadable_index(self) -> str | None:
-        """Why the index files cannot be read, or None: no file shows the geometry and no ``--broker-config``
-        gives it. ``info`` and ``verify`` say so; the planners refuse (``index_geometry`` raises)."""
+        """Why the index cannot be read (no geometry shown or given), or None; the planners refuse it."""
         try:
             self.index_geometry
         except BadStoreFile as exc:
@@ -546,8 +540,7 @@ class Store:
 
     @cached_property
     def checkpoint_size_problem(self) -> str | None:
-        """What a checkpoint file not of the broker's page size means (``StoreCheckpoint`` maps 4096
-        bytes: those the file lacks read as zero, so a cut file's values are partly zeros), or None."""
+        """What a checkpoint file not of 4096 bytes means (``StoreCheckpoint`` maps 4096: missing bytes read zero), or None."""
         path = self.file("checkpoint")
         size = cpfmt.CHECKPOINT_FILE_SIZE if path is None else path.stat().st_size
         if size == cpfmt.CHECKPOINT_FILE_SIZE:
@@ -567,8 +560,7 @@ class Store:
         return self.abort is not None
 
     def load_config(self, name: str, by_chars: bool | None = None, without: frozenset[str] = frozenset()) -> "ConfigDocument":
-        """``load_config`` on this store's ``config/``, each file parsed once per content (keyed by its bytes); ``by_chars`` None:
-        as the store's release reads it; ``without``: with ``moved_out`` too."""
+        """``load_config`` on this store, each file parsed once per content; ``by_chars`` None: the release's way."""
         by_chars = self.rules.reads_config_by_chars if by_chars is None else by_chars
         return load_config(self.root, name, self._config_parses, by_chars, without | self.moved_out)
 

@@ -151,8 +151,7 @@ def index_summary(store: Store) -> dict[str, Any] | None:
 
 
 def batch_queue_summaries(store: Store) -> list[dict[str, Any]]:
-    """Each batch consume queue as the broker loads it (§5.5): units from its first file's start
-    to its recovery's end, queue offsets ``[first msgBaseOffset, last msgBaseOffset + batchSize)``."""
+    """Each batch consume queue as loaded (§5.5): its units to its recovery's end and their queue offset range."""
     from .batchconsumequeue import UNIT_SIZE  # not loaded by a lookup's walk (``logical_end``)
 
     out = []
@@ -225,8 +224,7 @@ def unreadable_index_notes(store: Store) -> list[str]:
 
 
 def dledger_summary(store: Store) -> dict[str, Any]:
-    """A DLedger store's member, entries and checkpoint (reference §15): the entry walk of
-    ``DLedgerMmapFileStore.recover`` (``dledgerstart.data_recovery``: entry headers only, from its start file)."""
+    """A DLedger store's member, entries and checkpoint (reference §15), from ``dledgerstart.data_recovery``."""
     from ..formats import dledger as dfmt
     from .dledgerstart import data_recovery
 
@@ -251,8 +249,7 @@ def dledger_summary(store: Store) -> dict[str, Any]:
 
 
 def given_version_doc(store: Store) -> dict[str, Any]:
-    """``version_doc`` of a ``--broker-version``, with the evidence of the store's own marks and,
-    where they leave no era that release belongs to, the label saying so (``version.given_source``)."""
+    """``version_doc`` of a ``--broker-version``, with the store's own marks and what they say of it (``given_source``)."""
     guess, marks = store.version_guess, detect_version(store)
     source = given_source(store, marks)
     label = str(guess) if source == "given" else f"{guess.version} ({source})"

@@ -1,5 +1,4 @@
-"""Java ``String.hashCode`` of a record's text fields (reference §3.4), the state carried so ``topic#key`` hashes compose
-(``_textscan.pyx``); tests hold them equal to ``formats.hashing.java_string_hash``."""
+"""Java ``String.hashCode`` of text fields, composable (reference §3.4), equal to ``java_string_hash``."""
 
 from __future__ import annotations
 

@@ -112,16 +112,14 @@ def _file_holding(bases: list[int], offset: int) -> int:
 
 @dataclass(frozen=True)
 class RecoveredWheel:
-    """The wheel's read slots as ``TimerMessageStore.recover`` leaves them: ``own`` (each slot's units), ``last_pos``, and
-    ``read_from``, the first slot time ``dequeue`` reads (``lastReadTimeMs``)."""
+    """The read slots as ``recover`` leaves them: ``own`` units, ``last_pos``, ``read_from`` (``lastReadTimeMs``)."""
 
     own: dict[int, list[int]]
     last_pos: dict[int, int]
     read_from: int
 
     def reads(self, slot: fmt.WheelSlot) -> bool:
-        """Whether ``dequeue`` is still to read ``slot`` (at or after ``read_from``); damage in a slot read already is never
-        read."""
+        """Whether ``dequeue`` is still to read ``slot`` (from ``read_from``); damage in a slot read already is never read."""
         return slot.time_slot >= self.read_from
 
 
@@ -149,8 +147,7 @@ def recovered_wheel(slots: list[fmt.WheelSlot], units: dict[int, tuple[int, int]
 
 
 def chain_break(last_pos: int, units: dict[int, tuple[int, int]], start: int) -> tuple[int | None, int] | None:
-    """Where ``dequeue``, walking a slot back from ``last_pos`` by ``prevPos``, reads a position where no unit starts, as ``(the
-    unit naming it, None: the slot, position)``; None where the walk ends."""
+    """Where ``dequeue``'s walk of a slot by ``prevPos`` meets no unit, as ``(unit or None, position)``, else None."""
     seen: set[int] = set()
     holder, pos = None, last_pos
     while pos != -1 and pos >= start:
@@ -174,16 +171,14 @@ def cut_at(path: Path) -> int | None:
 
 
 def lone_file_size(path: Path, size: int) -> int:
-    """The size of ``timerlog/``'s only file without broker.conf: its own, or the default ``mappedFileSizeTimerLog`` where its
-    bytes show a cut (``cut_at``) and its name is a multiple of it."""
+    """``timerlog/``'s only file's size without broker.conf: its own, or the default where it shows a cut (``cut_at``)."""
     default = fmt.DEFAULT_LOG_FILE_SIZE
     return default if size < default and int(path.name) % default == 0 and cut_at(path) is not None else size
 
 
 @dataclass(frozen=True)
 class TimerLogListing:
-    """``timerlog/`` as ``TimerLog.load`` lists it: ``file_size`` (``size_from``), files of another length (``timer-file-size``)
-    and stray entries (``timer-stray-entry``), for ``nextstart.timer_refusal``."""
+    """``timerlog/`` as ``TimerLog.load`` lists it: ``file_size``, wrong-length files and strays."""
 
     files: list[tuple[int, Path]]
     entries: list[StrayEntry]

@@ -40,8 +40,7 @@ def eras_label(eras) -> str:
 
 @dataclass
 class VersionGuess:
-    """The detected or given version: ``eras`` the marks allow; ``version`` None when several remain, ``candidates`` then one of
-    each set of planning rules, newest first (``recovery.candidates``)."""
+    """The detected or given version: ``eras`` allowed; ``version`` None while several remain, then ``candidates``."""
 
     version: BrokerVersion | None
     label: str
@@ -176,8 +175,7 @@ KEYS_ONLY_RECORDS = 8  # records with KEYS but no UNIQ_KEY indexed that make a 3
 
 
 def _index_key_marks(store: "Store", records) -> list[tuple[str, frozenset]]:
-    """Whether the index holds UNIQ_KEY entries (§4.2: 4.0.0+), judged on indexed NOT_TYPE records with both: 3.2.6 only where two
-    or more lack it among the first ``KEYS_ONLY_RECORDS`` (damage seed 900992)."""
+    """Whether the index holds UNIQ_KEY entries (§4.2: 4.0.0+), on indexed NOT_TYPE records (seed 900992)."""
     files = _index_files(store)
     if not files:
         return []
@@ -310,8 +308,7 @@ def _splits(eras: set, last: str) -> bool:
 
 
 def detect_version(store: "Store") -> VersionGuess:
-    """The eras the store's marks allow (module docstring). The marks that read more than a few bytes
-    (the blank after a segment, an index file's slots) are looked at only when they can still decide."""
+    """The eras the store's marks allow, the costlier marks looked at only while they can decide."""
     evidence: list[str] = []
     eras = set(ALL_ERAS)
     seen = False
@@ -346,8 +343,7 @@ def detect_version(store: "Store") -> VersionGuess:
 
 
 def given_source(store: "Store", marks: VersionGuess | None = None) -> str:
-    """"given", and where the store's own marks (``marks``, else detected now) leave no era that version
-    belongs to, says so: the plan follows the given version's rules, not those of the marks' broker."""
+    """"given", or words saying the store's marks leave no era of that version (its rules are followed)."""
     marks = marks or detect_version(store)
     era = store.rules.era
     if era in marks.eras or not marks.evidence or marks.evidence == ["no version marks in the store"]:
