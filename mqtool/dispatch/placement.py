@@ -32,8 +32,7 @@ class QueueState:
 
 class IndexPlacement:
     """``IndexService.buildIndex``/``IndexFile.putKey`` (§6.5-§6.8, rules §4.2) writing nothing; ``results``: each file's header
-    before and after. ``previous``, ``append_to``, ``after_name``, ``taken_names``, ``names`` (``recovery.rebuild``): the files it
-    continues or names."""
+    before and after; ``previous``, ``append_to``, ``after_name``, ``taken_names``, ``names``: the files it continues or names."""
 
     dry = True  # ``index_records`` only counts: no slot table (``hash_slot_count`` stays as seeded), no entries
 

@@ -1,6 +1,5 @@
 """Arrow's compute functions by name through ``call_function`` (``private_api.arrow_compute``) without importing
-``pyarrow.compute`` (``and_`` for ``and``; ``options=`` as there); ``cast``, ``is_in``, ``index_in``, ``fill_null``, ``take``
-written out."""
+``pyarrow.compute`` (``and_`` for ``and``); ``cast``, ``is_in``, ``index_in``, ``fill_null``, ``take`` written out."""
 
 from __future__ import annotations
 

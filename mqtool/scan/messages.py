@@ -1,6 +1,5 @@
-"""``read_batches``, the one entry point of the columnar scan: the recovery scan's records (reference §2) as Arrow batches
-(``FastScan``, ``MessageBatchBuilder``), ``match`` decided first, built in ``workers`` threads; ``scan.end`` says where it
-stopped."""
+"""``read_batches``, the one entry point of the columnar scan: the recovery scan's records (reference §2) as Arrow batches,
+``match`` decided first, built in ``workers`` threads; ``scan.end`` says where it stopped."""
 
 from __future__ import annotations
 

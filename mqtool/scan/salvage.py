@@ -1,6 +1,5 @@
 """``SalvageScan``: every valid record of a commit log as Arrow batches with a ``status`` (docs/reading.md), past the broker's cut
-(``store.nextstart``, reference §8.3, §8.9) as ``verify --keep-going`` walks (``segments.analyze_segment``; DLedger: §15.4,
-§15.5)."""
+(reference §8.3, §8.9) as ``verify --keep-going`` walks (``segments.analyze_segment``; DLedger: §15.4, §15.5)."""
 
 from __future__ import annotations
 
@@ -111,9 +110,8 @@ class SalvageScan:
             self.summary.unread = Unread(start, resumed, lost)
 
     def _kept_past(self, end: ScanEnd) -> tuple[int, FastScan | None] | None:
-        """In a DLedger store, where the served log goes on past damage its recovery keeps (``CommitLog.resume_after_damage``):
-        bad-CRC record ``skipped``, else ``unreadable``, with a header-broken entry's record walk (``dledgerstart.loose_walk``);
-        else None."""
+        """In a DLedger store, where the served log goes on past damage its recovery keeps: a bad-CRC record ``skipped``, else
+        ``unreadable``, with a header-broken entry's record walk (``dledgerstart.loose_walk``); else None."""
         resume = self.store.commitlog.resume_after_damage(end) if self.store.is_dledger else None
         if resume is None:
             return None

@@ -1,6 +1,5 @@
-"""Messages aggregated per topic, queue and period of store time for ``mqtool stats`` and Spark (``accumulate`` into a
-``GroupTable``, ``aggregate``, ``merge``; ``collect``: ``FastScan`` and ``stats_batch``, reference §8.3), with a log-bucketed
-delay histogram."""
+"""Messages aggregated per topic, queue and period of store time for ``mqtool stats`` and Spark (``accumulate``, ``aggregate``,
+``merge``; ``collect``: the recovery scan, reference §8.3), with a log-bucketed delay histogram."""
 
 from __future__ import annotations
 
@@ -186,9 +185,8 @@ _COUNT_INIT, _COUNT_OPS = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int6
 
 
 def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int], None] | None = None, batch: int = WALK_BATCH, read_on=None) -> StoreStats:
-    """One pass over the store's records (the recovery scan; bad body CRCs counted and read past, as ``dump``) into
-    ``StoreStats``; ``read_on(end)`` may go on past damage the broker never reads, or a header-broken DLedger entry's record
-    (``loose_walk``)."""
+    """One pass over the store's records (bad body CRCs counted and read past, as ``dump``) into ``StoreStats``; ``read_on(end)``
+    may go on past damage the broker never reads, or a header-broken DLedger entry's record (``loose_walk``)."""
     records, start = 0, store.commitlog.min_offset
     topics: dict[int, str] = {}
     groups = GroupTable()

@@ -1,6 +1,5 @@
 """``SurvivorSearch``: which message ids survived and whether a consumer can get them (docs/reading.md), in one ``SalvageScan``
-pass, judged on the queues after the next start (``QueuesAfter``: ``recovery.queues.QueueSim``, reference §5.7-§5.10, §8.4-§8.12,
-§15.4)."""
+pass, on the queues after the next start (``QueuesAfter``, reference §5.7-§5.10, §8.4-§8.12, §15.4)."""
 
 from __future__ import annotations
 

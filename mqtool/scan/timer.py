@@ -1,6 +1,5 @@
-"""Timer messages and their fate (reference §9, §2.13): each timer log unit joined with the ``rmq_sys_wheel_timer`` record it
-names and the re-put record with its UNIQ_KEY: ``delivered``, ``lost`` (apache/rocketmq#10668), ``cancelled``, ``rolled`` or
-``pending``."""
+"""Timer messages and their fate (reference §9, §2.13): each timer log unit joined with the record it names and its re-put copy:
+``delivered``, ``lost`` (apache/rocketmq#10668), ``cancelled``, ``rolled`` or ``pending``."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""DLedger commit logs (reference §15): entry files (48-byte headers each wrapping one record at ``pos + 48``), ``index/``,
-``checkpoint``, ``currterm``, and one commit log view over them (a mixed store's classic segments below ``divided_offset``,
-§15.5)."""
+"""DLedger commit logs (reference §15): entry files (48-byte headers, each wrapping one record at ``pos + 48``), ``index/``,
+``checkpoint``, ``currterm``, and one commit log view over them (with a mixed store's classic segments, §15.5)."""
 
 from __future__ import annotations
 

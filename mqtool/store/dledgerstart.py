@@ -123,8 +123,7 @@ def reput_start(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[int, str]:
 
 def walk_resume(cl: DLedgerCommitLog, end: ScanEnd, *, every: bool = False) -> int | None:
     """Where a walk stopped at ``end`` goes on in the data DLedger's recovery keeps (§15.4, §15.5): past a damaged record, a
-    broken header (``served_entry_after``) or classic damage (``resync.resume_after``); None at its stop. ``every``: every
-    readable entry."""
+    broken header (``served_entry_after``) or classic damage (``resync.resume_after``); ``every``: every readable entry."""
     index = cl.segment_index(end.offset)
     if end.reason in (StopReason.LIMIT, StopReason.SEGMENT_END, StopReason.BLANK_LAST, StopReason.NO_SEGMENTS) or index is None:
         return None

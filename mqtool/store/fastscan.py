@@ -53,9 +53,8 @@ class SegmentBatch(NamedTuple):
 
 
 class FastScan:
-    """``CommitLog.scan`` on the compiled walk: ``SegmentBatch`` es, then ``end``. ``stop_on_crc`` ends at a bad CRC (else
-    ``crc_ok = 0``); ``release_behind`` unmaps consumed pages; ``batch_bytes`` sizes batches; ``read_window`` reads through a
-    ``ReadWindow``."""
+    """``CommitLog.scan`` on the compiled walk, then ``end``: ``stop_on_crc`` (else ``crc_ok = 0``); ``release_behind`` unmaps
+    consumed pages; ``batch_bytes`` sizes batches; ``read_window`` reads through a ``ReadWindow``."""
 
     def __init__(self, commitlog: CommitLog, start: int | None = None, stop: int | None = None, *, check_crc: bool = True,
                  stop_on_crc: bool = True, batch: int = 1 << 16, batch_bytes: int | None = None, release_behind: bool = False, walker=None,

@@ -1,6 +1,5 @@
 """What the broker's next start does to the commit log, for ``info``, ``verify``, ``recover``, ``repair`` and ``salvage``: the
-scan from the start segment (``startfile``) keeps the log up to the first invalid record (reference §8.3, §8.9), unless the broker
-refuses to start."""
+scan from the start segment keeps the log up to the first invalid record (reference §8.3, §8.9), unless it refuses to start."""
 
 from __future__ import annotations
 
@@ -97,9 +96,8 @@ class NextStart:
 
 
 def next_start(store: Store, walked: ScanEnd | None = None, walked_from: int | None = None) -> NextStart:
-    """The broker's next start on ``store``; ``walked``: a walk with its checks from ``walked_from`` (used when it passed the
-    start segment). DLedger data: kept up to where ``DLedgerMmapFileStore.recover``'s entry walk stops (reference §15.4,
-    ``dledgerstart``)."""
+    """The broker's next start on ``store``; ``walked``: a walk with its checks from ``walked_from``. DLedger data: kept up to
+    where ``DLedgerMmapFileStore.recover``'s entry walk stops (reference §15.4, ``dledgerstart``)."""
     cl, dl = store.commitlog, None
     why, wheel = log_refusals(store)  # a mixed store's commitlog/: DLedgerCommitLog.load (super.load()) runs before DLedger's load
     if store.recovers_dledger_data:
@@ -144,8 +142,7 @@ def end_before(store: Store, offset: int, size: int) -> Cut | None:
 
 def ends_before(store: Store, spans: list[tuple[int, int]]) -> list[Cut | None]:
     """For each ``(offset, size)``: the next start's end where it cuts off those bytes, else None (``getMessage`` maps nothing
-    past it, reference §8.9); eras starting in different places cut for any of them, naming them. DLedger: its entry walk's end
-    (§15.4)."""
+    past it, §8.9); eras starting apart cut for any of them, naming them. DLedger: its entry walk's end (§15.4)."""
     if not spans:
         return []
     if store.recovers_dledger_data:

@@ -22,9 +22,8 @@ def abnormal_recovery_start(store: Store) -> tuple[int, str, int]:
 
 
 def redispatch_start(store: Store) -> tuple[int | None, str]:
-    """Where the next start re-dispatches into the consume queues and index, and why (None: it does not): a dispatching recovery,
-    4.5.0-4.9.8's reput (rules §2.11), or with DLedger data 5.2.0+'s abnormal recovery or 5.x's reput (rules §8.4); undecided eras
-    must agree."""
+    """Where the next start re-dispatches into the queues and index, and why (None: it does not): a dispatching recovery,
+    4.5.0-4.9.8's reput (rules §2.11), or with DLedger data 5.2.0+'s abnormal recovery or 5.x's reput (rules §8.4)."""
     from .rules import VersionRules
 
     version, dledger = store.version, store.recovers_dledger_data

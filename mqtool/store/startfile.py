@@ -1,6 +1,5 @@
 """Where the broker's commit log recovery starts (reference §8.4, §8.5): abnormal, the newest segment passing
-``isMappedFileMatchedRecover``; normal, the third-from-last or 5.3.2+ by the queues' max offset. Earlier segments are never
-validated."""
+``isMappedFileMatchedRecover``; normal, the third-from-last or 5.3.2+ by the queues' max offset."""
 
 from __future__ import annotations
 
