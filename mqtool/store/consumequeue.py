@@ -282,10 +282,6 @@ def _entries(directory: Path) -> list[os.DirEntry]:
         raise BadInput(f"{directory}: permission denied") from None
 
 
-def _subdirs(directory: Path) -> list[Path]:
-    return [Path(e.path) for e in _entries(directory) if e.is_dir()]
-
-
 def queue_id_of(name: str) -> int | None:
     """A queue directory's id as ``Integer.parseInt`` reads it, or None (4.0.0+ skip it; 3.2.6 refuses to start)."""
     return java_int_or_none(name)
@@ -296,7 +292,7 @@ TopicListing = list[tuple[Path, list[os.DirEntry]]]
 
 def topic_listing(directory: Path) -> TopicListing:
     """Each ``<topic>/`` folder of ``directory`` with its entries by name, as ``loadConsumeQueue`` lists them, once."""
-    return [(t, _entries(t)) for t in _subdirs(directory)]
+    return [(t, _entries(t)) for t in (Path(e.path) for e in _entries(directory) if e.is_dir())]
 
 
 def topic_strays(directory: Path, listing: TopicListing | None = None) -> list[StrayEntry]:

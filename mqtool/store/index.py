@@ -168,10 +168,6 @@ def _index_name(entry: os.DirEntry) -> int | None:
     return java_int_or_none(entry.name, 64)
 
 
-def _read_as_index_file(entry: os.DirEntry) -> bool:
-    return _index_name(entry) is not None and entry.is_file()
-
-
 def list_index_files(index_dir: Path) -> list[Path]:
     """Index files as ``IndexService.load`` (4.x-5.3.3) loads them: ``Long.parseLong`` names in order, any length, up to the first
     it cannot open (``index_strays``, ``mappedfile.load_effect``); a link it creates through skipped."""
@@ -195,7 +191,7 @@ def index_strays(index_dir: Path) -> list[tuple[StrayEntry, None, int]]:
     """``(entry, None, files after it)`` of each ``index_dir`` entry ``IndexService.load`` lists but does not read."""
     if not index_dir.is_dir():
         return []
-    files, strays = folder_entries(index_dir, _read_as_index_file)
+    files, strays = folder_entries(index_dir, lambda e: _index_name(e) is not None and e.is_file())
     return [(s, None, sum(p.name > s.path.name for _, p in files)) for s in strays]
 
 
