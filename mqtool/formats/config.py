@@ -17,9 +17,8 @@ CONFIG_FILES = {
     "consumerFilter.json": "filterDataByTopic",  # ConsumerFilterManager
     "timermetrics": "timingCount",  # 5.x TimerMetrics
 }
-# the files whose manager's ``decode`` takes a null table (``{"offsetTable":null}``: fastjson's setter sets the field null) without
-# a throw (3.2.6-5.3.3), with what that does where it matters (None: ``ConsumerFilterManager.decode`` skips it, an empty table);
-# the others' ``putAll(null)`` throws, and the load falls back to the ``.bak``
+# the files whose ``decode`` takes a null table (``{"offsetTable":null}``) without a throw (3.2.6-5.3.3), with what that does
+# (None: an empty table); the others' ``putAll(null)`` throws, and the load falls back to the ``.bak``
 NULL_TABLE_KEPT = {
     "consumerOffset.json": "ConsumerOffsetManager.decode keeps (this.offsetTable = obj.offsetTable, no throw): the broker "
                            "starts with no offset table, and each offset commit or query throws a NullPointerException",

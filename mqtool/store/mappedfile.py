@@ -115,10 +115,8 @@ def folder_entries(directory: Path, read=_is_offset_named_file, entries: list[os
     return sorted(files), strays
 
 
-# a file of a mapped file queue folder that is a dangling symlink (``StrayEntry.unmounted``): ``File.length`` reads 0, so
-# ``MappedFileQueue.load`` refuses it, leaves it out (3.2.6-4.4.0, 4.9.2) or, as the last entry, deletes the link (5.1.3+), and
-# a broker that starts writes new data at its offset; moved out by a repair, the same (rules §2.13). ``index/``'s files are
-# named by time, not offset: its loss is only the keys the link's file held
+# a dangling symlink in a mapped file queue folder (``StrayEntry.unmounted``) reads 0 bytes: refused, left out or deleted by the
+# load, a started broker writes new data at its offset (rules §2.13); in ``index/`` only the keys its file held are lost
 UNMOUNTED = "its data may be on a disk that is not mounted"
 
 
@@ -210,11 +208,9 @@ def link_creator(path: Path) -> tuple[str, bool]:
     return who, bits & 0o3 == 0o3
 
 
-# what ``MappedFileQueue.doLoad`` does with an entry (``load_effect``); CREATED: what ``IndexService.load`` does with a
-# dangling symlink it creates the target of
+# what a load does with an entry (``load_effect``); CREATED: ``IndexService.load`` creates a dangling symlink's target
 SKIPPED, DELETED, LEFT_OUT, REFUSED, LOADED, CREATED = "skipped", "deleted", "left out", "refused", "loaded", "created"
-# the loads ``load_effect`` models: a mapped file queue's (commit log, consume queues, timer log), the
-# index's, DLedger's data and index folders', the listing of a topic's queues under consumequeue/
+# the loads ``load_effect`` models: mapped file queues, the index, DLedger's folders, a topic's queue folders
 MAPPED_FILE_QUEUE, INDEX_SERVICE, MMAP_FILE_LIST = "MappedFileQueue.load", "IndexService.load", "MmapFileList.load"
 LOAD_CONSUME_QUEUE = "DefaultMessageStore.loadConsumeQueue"
 

@@ -38,15 +38,10 @@ if TYPE_CHECKING:
 
 STORE_PARTS = ("commitlog", "consumequeue", "index", "checkpoint")
 MISSING = "missing"  # why ``load_config`` passed over a config file that is not there
-# why ``load_config`` passed over a config file that is a directory: ``MixAll.file2String``'s ``FileInputStream`` throws,
-# which ``ConfigManager.load`` catches to load the ``.bak`` (and ``loadBak`` to return false: the broker refuses to start)
+# why ``load_config`` passed over a config file (``MixAll.file2String`` 3.2.6-5.3.3): a directory or socket throws (the
+# ``.bak`` loaded), a FIFO's open waits for a writer (the start hangs), a device node reads as empty; none is opened here
 NOT_A_FILE = "a directory, which FileInputStream cannot read"
-# why ``load_config`` stopped at a config file that is a FIFO (never opened here): ``file2String``'s ``new FileInputStream``
-# waits in the open for a writer, so ``ConfigManager.load`` (or ``loadBak``) never returns and the broker's start hangs
 A_FIFO = "a FIFO, whose open by FileInputStream waits for a writer"
-# why ``load_config`` passed over a config file that is a socket (never opened here): ``file2String``'s ``new FileInputStream``
-# throws (ENXIO), as on a directory (``NOT_A_FILE``); and one that is a device node, which ``file2String`` reads as an empty
-# string (``File.length()`` is 0: a zero-length read), as an empty file (MixAll.file2String 3.2.6-5.3.3)
 A_SOCKET_CONFIG = "a socket, whose open by FileInputStream throws (ENXIO)"
 A_DEVICE_CONFIG = "a device node, which MixAll.file2String reads as empty (File.length() is 0)"
 EMPTY_LAST_SEGMENT = "segment-empty-last"  # the FileProblem kind of a zero-length last commit log file
