@@ -19,8 +19,7 @@ def main() -> None:
 
 
 def in_utf8_mode() -> None:
-    """The process again in UTF-8 mode (``-X utf8``) under a non-UTF-8 locale: the broker writes topic folder names and strings in
-    UTF-8, which such a locale misdecodes and cannot print. The arguments keep their bytes."""
+    """The process again in UTF-8 mode under a non-UTF-8 locale (the broker's names are UTF-8); arguments keep their bytes."""
     options = sys.orig_argv[1:len(sys.orig_argv) - len(sys.argv)]  # the interpreter's own, before ``-m`` or the script
     chosen = any(o.startswith(("utf8", "-Xutf8")) for o in options)  # ``-X utf8=0`` given: kept (and no second run)
     if not sys.flags.utf8_mode and sys.getfilesystemencoding() != "utf-8" and sys.executable and not chosen:

@@ -1,5 +1,4 @@
-"""How far a command's long work has got, for the CLI's progress bars: scans, applies, backups and restores report ``(stage,
-delta, total)`` to whoever is ``listening``; when nobody is, a report costs one test."""
+"""How far a command's long work has got, for the progress bars: ``(stage, delta, total)`` to whoever is ``listening``."""
 
 from __future__ import annotations
 

@@ -30,8 +30,7 @@ def salvage_command(store) -> str:
 
 
 def fsync_path(path: Path) -> None:
-    """fsync a file or a directory (a directory's fsync makes its renames and creations durable). A special
-    file (FIFO, socket, device node) is never opened (a FIFO waits for a writer): its folder's fsync keeps it."""
+    """fsync a file or directory (renames durable); a special file is never opened: its folder's fsync keeps it."""
     if special(os.stat(path).st_mode):
         return
     fd = os.open(path, os.O_RDONLY)
@@ -132,8 +131,7 @@ def owner_for(target: Path) -> Owner:
 
 
 def set_owner(path: Path, owner: Owner | None) -> bool:
-    """Give ``path`` ``owner``'s uid, gid and bits (None: leave it); True if that changed anything. An owner
-    only root may give (mqtool run as a user, or root on NFS with root_squash) is left as it is: the runner's."""
+    """Give ``path`` ``owner``'s ids and bits (None: leave it), where allowed; True if anything changed."""
     if owner is None:
         return False
     uid, gid, mode = owner
@@ -291,8 +289,7 @@ def zero_range(path: Path, start: int, end: int) -> None:
 
 @contextlib.contextmanager
 def deleted_on_failure(path: Path) -> Iterator[Path]:
-    """A write of ``path`` that fails (a full disk, EIO, Ctrl-C) leaves no part-written file: deleted (nothing if absent),
-    the write's own error the one said. Only a regular file: a device written to (``/dev/full``) stays."""
+    """A failed write of ``path`` (full disk, EIO, Ctrl-C) leaves no part-written regular file; its own error is said."""
     try:
         yield path
     except BaseException:

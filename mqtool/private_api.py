@@ -1,5 +1,4 @@
-"""Every private API of mqtool's dependencies, each guarded with a fallback (BENCHMARKS.md): ``arrow_compute``,
-``typer_conversion``, ``click_exceptions``, ``exit_steps`` (for ``cli/shutdown.py``'s ``os._exit``)."""
+"""Every private API of mqtool's dependencies, each guarded with a fallback (BENCHMARKS.md, ``cli/shutdown.py``)."""
 
 from __future__ import annotations
 

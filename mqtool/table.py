@@ -226,8 +226,7 @@ class Table:
 
     @staticmethod
     def _distribute(mins: list[int], natural: list[int], room: int) -> list[int]:
-        """Widen the columns from their minimum width: first those that then fit whole (the narrowest need first, so short labels
-        never wrap), then the rest, the one lacking most first, until ``room`` is used."""
+        """Widen the columns from their minimum: those that then fit whole first (narrowest need first), then the rest."""
         widths = list(mins)
         spare = room - sum(widths)
         for need, i in sorted((natural[i] - w, i) for i, w in enumerate(widths)):

@@ -157,8 +157,7 @@ class Scan:
         return self._rejected(results, skipped)
 
     def check(self, rows) -> list[tuple[int, Rejected]]:
-        """``rejected`` from the rows the reader reports per split that read records (``output=stats`` or
-        ``output=parquet``: ``broker, split_start, first_offset, exit_offset, skipped``, as ``SplitScan`` reports them)."""
+        """``rejected`` from the rows each split that read records reports (as ``SplitScan`` reports them)."""
         split = {(r["broker"], r["split_start"]): r for r in rows}
         results = {key: self.tasks[self.partition[key]].result(r["first_offset"], r["exit_offset"]) for key, r in split.items()}
         return self._rejected(results, {key: r["skipped"] for key, r in split.items() if r["skipped"]})

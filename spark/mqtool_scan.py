@@ -1,5 +1,4 @@
-"""Scan RocketMQ commit logs with Spark: ``spark-submit spark/mqtool_scan.py PATH... --output DIR`` in mode ``messages``,
-``stats`` or ``verify`` (docs/spark.md); this file only parses arguments for ``mqtool.spark.job``."""
+"""``spark-submit spark/mqtool_scan.py PATH... --output DIR`` (docs/spark.md): parses arguments for ``mqtool.spark.job``."""
 
 from __future__ import annotations
 
@@ -59,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def set_log_level(*, verbose: bool) -> None:
-    """Spark logs at WARN unless ``verbose``: under spark-submit its logging is initialised here and log4j2.properties loaded over
-    it (``_load_log_config``); a user's own level or configuration is left alone."""
+    """Spark logs at WARN unless ``verbose``, log4j2.properties loaded over spark-submit's reset; a user's own left alone."""
     import os
 
     from pyspark import SparkContext

@@ -53,16 +53,14 @@ class ScanTask:
 
 
 def plan_tasks(inputs: Sequence[BrokerInput], split_size: int | None = None, keep_going: bool = False) -> list[ScanTask]:
-    """Every broker's splits in offset order (the data source's partitions, in this order); ``keep_going``:
-    they read past every damaged range, and those of a DLedger store past the damage its broker keeps (``Split.resume``)."""
+    """Every broker's splits in offset order (the partitions); ``keep_going``: read past damage (``Split.resume``)."""
     return [ScanTask(b.broker, split, b.legacy_properties, b.delay_levels)
             for b in inputs for split in plan_splits(b.segments, split_size, b.resume_before, b.start, b.stop, keep_going, b.served)]
 
 
 def read_messages(task: ScanTask, body: BodyEncoding = BodyEncoding.none, *, columns=None,
                   match: MessageFilter = MessageFilter()) -> Iterator[pa.RecordBatch]:
-    """The ``messages`` batches of one split (``columns`` only); first and last rows carry ``split_edge``, the last
-    ``split_skipped``; rows ``match`` drops are marked ``filtered_out`` so the split check sees every edge."""
+    """One split's ``messages`` batches, edges marked (``split_edge``, ``split_skipped``), dropped rows ``filtered_out``."""
     schema = projected_schema(columns)
     needed = None if columns is None or match == MessageFilter() else list(dict.fromkeys([*columns, *match.columns()]))
     builder = task.builder(body=body, columns=needed or columns)

@@ -47,8 +47,7 @@ def group_queues(fields: np.ndarray, topic_ids: np.ndarray) -> QueueGroups:
 
 
 def group_unpacked(keys: np.ndarray, starts: np.ndarray, dest: np.ndarray, wide: np.ndarray, narrow: np.ndarray, flags: np.ndarray, wide_cols, narrow_cols) -> QueueGroups:
-    """The ``QueueGroups`` of a spilled batch: its stored ``keys``, ``starts`` and ``dest``, the grouped columns scattered from
-    the spill's column blocks (``wide``/``narrow`` hold fields ``wide_cols``/``narrow_cols``)."""
+    """The ``QueueGroups`` of a spilled batch: stored ``keys``, ``starts``, ``dest``, columns scattered from its blocks."""
     queued = int(starts[-1])
     columns = np.empty((len(CQ_COLUMNS), queued), dtype=np.int64)
     src_wide = np.array([wide_cols.index(c) if c in wide_cols else -1 for c in CQ_COLUMNS], dtype=np.int64)

@@ -262,8 +262,7 @@ class DispatchScanner:
         return index - 1 if index is not None and segments[index].base_offset == self.stop else None
 
     def _parallel(self) -> bool:
-        """Whether segments may be dispatched ahead (``_produce_ahead``): classic segments of at least ``AHEAD_MIN_SEGMENT`` bytes
-        before the range's last, for a recovery to the log's end or a reput of whole segments."""
+        """Whether segments may be dispatched ahead: classic ones of ``AHEAD_MIN_SEGMENT`` bytes or more, before the last."""
         if (not self.ahead or self.discipline == "recovery" and self.stop is not None or self.commitlog.file_size < AHEAD_MIN_SEGMENT
                 or getattr(self.commitlog, "entry_walker", None) is not None):
             return False
@@ -338,8 +337,7 @@ class DispatchScanner:
         return [(end.offset, self._reput_resume(end)) for end in self.skipped]
 
     def _reput_resume(self, end: ScanEnd) -> int | None:
-        """Where ``doReput`` continues after a record it cannot dispatch (``served``: where the log resumes), or None
-        (``recovery``): zeros are an illegal magic skipped to the next segment (§8.12, rules §2.12)."""
+        """Where ``doReput`` continues past an undispatchable record (§8.12, rules §2.12), or None (``recovery``)."""
         at_stop = lambda offset: self.stop is not None and offset >= self.stop  # noqa: E731
         past, reason = at_stop(end.offset), end.reason
         ends = past or self.stop is None if reason == StopReason.ZEROS else end.is_clean or reason == StopReason.SEGMENT_END and past
@@ -455,8 +453,7 @@ class _WalkOn(NamedTuple):
 
 
 class _Ahead:
-    """One segment dispatched in its own thread, batches spilled (``BatchSpill``) and read back in order, else handed over as they
-    are (``_WalkOn``); the consumer waits only in ``SimpleQueue.get`` (Ctrl-C safe)."""
+    """One segment dispatched in its own thread, batches spilled and read back in order (``_WalkOn`` without room)."""
 
     def __init__(self, scanner: DispatchScanner, index: int):
         self.scanner, self.index = scanner, index

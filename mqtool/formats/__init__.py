@@ -1,5 +1,4 @@
-"""Declarative layouts of every RocketMQ store file and the fast codecs derived from them; pure (``construct``, built on first
-use, and the standard library). "reference §N": ``../shared/reference/rocketmq-store-format.md``."""
+"""Declarative layouts of every store file and the codecs derived from them (reference §N: rocketmq-store-format.md)."""
 
 from importlib import import_module
 

@@ -1,5 +1,4 @@
-"""Fast ``struct`` codecs derived from the construct schemas (the single declaration), refusing what they cannot translate
-exactly; format modules write theirs out, held equal by ``tests/test_format_codecs.py``."""
+"""Fast ``struct`` codecs derived from the construct schemas, exact or refused (held equal by ``test_format_codecs.py``)."""
 
 from __future__ import annotations
 

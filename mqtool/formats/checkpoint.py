@@ -1,5 +1,4 @@
-"""The ``checkpoint`` file (``StoreCheckpoint``, reference §7): big-endian int64s in a 4096-byte page, 24 bytes in 4.x, 32 in
-5.0-5.1.0, 40 from 5.1.1; ``min_timestamp`` and ``min_timestamp_index`` bound recovery."""
+"""The ``checkpoint`` file (``StoreCheckpoint``, reference §7): int64s in a 4096-byte page, 24, 32 or 40 bytes used."""
 
 from __future__ import annotations
 

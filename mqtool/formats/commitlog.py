@@ -184,8 +184,7 @@ Record = Union[CommitLogRecord, BlankRecord]
 
 
 def decode_record(buf, pos: int = 0, base_offset: int = 0, end: int | None = None) -> Record:
-    """Decode the record at ``buf[pos:]`` (offset ``base_offset + pos``) as ``checkMessageAndReturnSize`` without the CRC:
-    ``TruncatedRecord``, ``CorruptRecord``, ``LengthMismatch`` (the broker's "half message")."""
+    """Decode the record at ``buf[pos:]`` as ``checkMessageAndReturnSize`` without the CRC (``FormatError`` subclasses)."""
     if end is None:
         end = len(buf)
     offset = base_offset + pos

@@ -57,8 +57,7 @@ DEFAULT_DELAY_TABLE = parse_delay_levels()
 
 
 def batch_unit_span(properties: Mapping[str, str], queue_offset: int) -> tuple[int, int]:
-    """``(msgBaseOffset, batchSize)`` of a record's BatchConsumeQueue unit (reference §3.1, §5.5): ``INNER_BASE``/``INNER_NUM``
-    when both are there, else (QUEUEOFFSET, 1); ``ValueError`` where Java's parse throws."""
+    """``(msgBaseOffset, batchSize)`` of a record's batch queue unit (§3.1, §5.5); ``ValueError`` where Java throws."""
     base, count = properties.get(PropertyKey.INNER_BASE), properties.get(PropertyKey.INNER_NUM)
     return (queue_offset, 1) if base is None or count is None else (java_parse_int(base, 64), java_parse_int(count, 16))
 
@@ -179,8 +178,7 @@ class LmqOffsetThrows(DispatchThrows):
 
 
 class LmqNotifyThrows(DispatchThrows):
-    """An ``INNER_MULTI_QUEUE_OFFSET`` value ``Long.parseLong`` throws on in the reput's ``notifyMessageArrive4MultiQueue``
-    (@4.9.3-5.3.3; every record, 5.1.1+ not %RETRY%); ``dispatched``: its own entry written first."""
+    """An ``INNER_MULTI_QUEUE_OFFSET`` that throws in the reput's ``notifyMessageArrive4MultiQueue`` (@4.9.3-5.3.3)."""
 
     def __init__(self, thrown: LmqOffsetThrows, dispatched: bool):
         super().__init__(f"{thrown.why} in the reput's long-polling notify (notifyMessageArrive4MultiQueue)",

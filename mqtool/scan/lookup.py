@@ -1,5 +1,4 @@
-"""``mqtool query``'s fallback without an index file: a key or UNIQ_KEY looked up by scanning the commit log (``read_batches``,
-``MessageFilter``), without ROLLBACK records, which ``IndexService.buildIndex`` never indexes."""
+"""``mqtool query``'s fallback without an index file: the key looked up by a scan, ROLLBACK left out (never indexed)."""
 
 from __future__ import annotations
 

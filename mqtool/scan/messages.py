@@ -1,5 +1,4 @@
-"""``read_batches``, the one entry point of the columnar scan: the recovery scan's records (reference §2) as Arrow batches,
-``match`` decided first, built in ``workers`` threads; ``scan.end`` says where it stopped."""
+"""``read_batches``: the recovery scan's records as Arrow batches (reference §2), the one entry of the columnar scan."""
 
 from __future__ import annotations
 
@@ -62,8 +61,7 @@ class MessageScan:
                     future.cancel()
 
     def build(self, segment_batch: SegmentBatch):
-        """The record batch of one walk batch: filtered, projected (with ``then``'s result when given); None when no row is left.
-        Also for a batch of a walk that is not this scan's (``scan.timer.TimerWalk.add_rows``)."""
+        """One walk batch filtered and projected (with ``then``'s result), None if empty; also another walk's batch."""
         if self.deciding is not None:
             mask = self.match.mask(self.deciding.build(segment_batch, segment_batch.base_offset))
             keep = compute.fill_null(mask, False).to_numpy(zero_copy_only=False)  # a null condition drops the row, as ``filter``

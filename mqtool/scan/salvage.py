@@ -45,8 +45,7 @@ class Unreadable:
 
 @dataclass(frozen=True)
 class Unread:
-    """Bytes before the segment the broker's next start scans from that hold no valid record: ``[start, stop)``, never read by the
-    broker; ``queue_entries``: the consume queue entries pointing into it, messages lost there."""
+    """Bytes before the next start's scan start holding no valid record, never read; ``queue_entries``: messages lost."""
 
     start: int
     stop: int
@@ -123,8 +122,7 @@ class SalvageScan:
         return resume, walk
 
     def _served_to(self, walked: ScanEnd) -> ScanEnd:
-        """Where the broker's next start ends the log (``store.nextstart``), settled from this scan's walk: damage before its
-        recovery's start segment is never read, so records up to that end are live (reference §8.3)."""
+        """Where the next start ends the log, settled from this walk: records up to it are live (reference §8.3)."""
         self.next_start = found = next_start(self.store, walked if self.store.config.check_crc_on_recover else None, self.store.commitlog.min_offset)
         return walked if found.logical_end in (None, walked.offset) else ScanEnd(found.logical_end, found.end_reason)
 
@@ -181,8 +179,7 @@ class SalvageScan:
         return self.store.is_dledger and cl.is_entry_file(cl.segments[index])
 
     def _entry_report(self, index: int, start: int) -> SegmentReport:
-        """``analyze_segment``'s runs and gaps for a DLedger data file from ``start`` (reference §15.2): one ``FastScan`` on past
-        each damage to every readable entry (``dledgerstart.walk_resume`` with ``every``)."""
+        """``analyze_segment``'s runs and gaps of a DLedger data file (§15.2): one walk to every readable entry (``every``)."""
         cl = self.store.commitlog
         seg = cl.segments[index]
         report = SegmentReport(index, str(seg.path), seg.base_offset, seg.size, start, seg.size)

@@ -63,8 +63,7 @@ WALK_COLUMNS = ("offset", "topic", "queue_id", "queue_offset", "uniq_key", "born
 
 
 class TimerWalk:
-    """The one commit log walk of ``timer_report``: ``units`` first, then the log's batches in order (``add``) from its own
-    ``walk`` or verify's (``add_rows``, ``verify/sharedwalk.py``), and the logical ``end``."""
+    """The one commit log walk of ``timer_report``: ``units``, then the log's batches in order (``add``, ``add_rows``)."""
 
     def __init__(self, store: Store, timer: TimerStore):
         self.store, self.timer = store, timer
@@ -102,8 +101,7 @@ class TimerWalk:
         return self
 
     def _resume(self, end: ScanEnd) -> int | None:
-        """Where the scan goes on after ``end`` as verify's walk and ``dump`` do (``CommitLog.resume_after_damage``: past damage
-        the broker never reads or keeps, where its dequeue reads a unit's record), else None."""
+        """Where the scan goes on after ``end`` as verify's walk and ``dump`` do (``resume_after_damage``), else None."""
         store, segments = self.store, self.store.commitlog.segments
         if store.root is None or not segments:
             return None
@@ -131,8 +129,7 @@ class TimerWalk:
             self.add(built)
 
     def add(self, batch: pa.RecordBatch) -> None:
-        """The next batch of the log: its queue 0 records queued, their identities looked for from here on (two growing Python
-        sets; ``is_in`` would rebuild a table per call), and records carrying one kept (``found``)."""
+        """The next batch: its queue 0 records queued and their identities sought from here on, matching records kept."""
         uniqs, borns = self.uniqs, self.borns
         timer = compute.filter(batch, self.timers.mask(batch))
         if len(timer):
@@ -162,8 +159,7 @@ def _delivered(deliveries: dict[str, list[tuple[int, str]]], identity: str | Non
 
 
 def delivered_again(store: Store, report: TimerReport, start: int) -> int:
-    """How many timer messages ``TimerMessageStore.recover`` enqueues again from ``start`` were delivered already or still have a
-    unit: ``enqueue`` checks neither, so each is delivered twice (5.0.0-5.3.3, reference §9)."""
+    """How many timer messages the recovery enqueues again were delivered or still queued (delivered twice; §9)."""
     after = report.rows[-1]["offset"] if report.rows else store.commitlog.min_offset
     try:  # where the queue has ``start``, from its message on; else after the last unit's message (the queue is in log order)
         entry = store.consume_queue(fmt.TIMER_TOPIC, 0).read_entry(start)
@@ -281,8 +277,7 @@ def timer_resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None
 
 
 def timer_queue_range(store: Store, start: NextStart | None) -> QueueRange | None:
-    """Timer queue 0's min and max offsets (None: unreadable) after the next start's recovery (``start``): entries past its end
-    cut, a dispatching recovery's appended (``redispatch.dispatching_recovery``, rules §2.3)."""
+    """Timer queue 0's min and max offsets after the next start's recovery (``start``; rules §2.3), None if unreadable."""
     try:
         loaded = queue_range(store, fmt.TIMER_TOPIC, 0) or QueueRange(0, 0)
     except (LookupError, OSError, ValueError):

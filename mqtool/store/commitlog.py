@@ -1,5 +1,4 @@
-"""The commit log as the broker sees it: ordered fixed-size segments and ``CommitLog.scan``, the recovery loop (reference §8.3) up
-to the first invalid record, the logical end (truncated bytes are never zeroed, §8.9)."""
+"""The commit log as the broker sees it: segments and ``CommitLog.scan``, the recovery loop (reference §8.3, §8.9)."""
 
 from __future__ import annotations
 
@@ -193,8 +192,8 @@ class CommitLog:
         return self.segments[-1].end_offset if self.segments else 0
 
     def end_of_writes(self, stop: int | None = None) -> int:
-        """Where the written bytes end as the file system knows it (up to ``stop``), a progress bar's total: pre-allocated
-        segments are skipped and the last written one ends at its first hole (``SEEK_HOLE``)."""
+        """Where the written bytes end up to ``stop`` (a progress total): past pre-allocated segments, at the last one's first
+        hole."""
         end = self.end_of_files
         for seg in reversed(self.segments):
             try:

@@ -25,8 +25,7 @@ _NUMPY_CODES = {"b": "i1", "h": "i2", "l": "i4", "i": "i4", "q": "i8"}
 
 
 def has_queue_directory(topic: str) -> bool:
-    """Whether the broker can create ``consumequeue/<topic>/``: a NUL (damaged TOPIC bytes) makes ``java.io.File`` invalid, so the
-    record gets no consume queue entry ("[BUG]consume queue can not write", reference §5.10)."""
+    """Whether the broker can create ``consumequeue/<topic>/``: a NUL in the topic gets no entry (reference §5.10)."""
     return "\x00" not in topic
 
 
@@ -171,8 +170,7 @@ class ConsumeQueue(FileQueue):
         return QueueRecovery(0, -1)  # no file
 
     def corrected_min_offset(self, commitlog_min_offset: int, end: int, *, v5: bool) -> int:
-        """The queue's min offset after ``correctMinOffset(commitLog.minOffset)`` (§5.9): the first unit of
-        the first file whose offset >= the commit log min, else 0; 5.x: ``max`` when the last unit is below it."""
+        """The min offset after ``correctMinOffset(commitLog.minOffset)`` (§5.9; 5.x: ``max`` when all units are below it)."""
         if not self.files or end <= 0:
             return 0
         if v5:
@@ -296,8 +294,7 @@ def topic_listing(directory: Path) -> TopicListing:
 
 
 def topic_strays(directory: Path, listing: TopicListing | None = None) -> list[StrayEntry]:
-    """Each entry of a ``<topic>/`` folder of ``directory`` named by no queue id, which ``loadConsumeQueue`` parses
-    (``LOAD_CONSUME_QUEUE``: 3.2.6 refuses to start, 4.0.0+ skip it); ``listing``: its ``topic_listing``."""
+    """Each entry of a ``<topic>/`` folder named by no queue id (``LOAD_CONSUME_QUEUE``); ``listing``: ``topic_listing``."""
     listing = topic_listing(directory) if listing is None else listing
     return [replace(s, offset=None, named_by=QUEUE_ID) for t, entries in listing for s in folder_entries(t, _named_by_queue_id, entries)[1]]
 

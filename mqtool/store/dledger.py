@@ -376,8 +376,7 @@ def commitlog_of(segments: list[Segment], file_size: int) -> CommitLog:
 
 
 def is_entry_file(path: Path, base: int) -> bool:
-    """True when a file's first bytes are a DLedger entry describing itself (§15.6: magic 1, pos = ``base``, size = body
-    length + 48, as ``DLedgerMmapFileStore.recover`` checks a data file's first entry), not a classic record."""
+    """Whether a file starts with a self-describing DLedger entry (§15.6, as ``recover`` checks), not a classic record."""
     try:
         with open(path, "rb") as f:
             head = f.read(dfmt.ENTRY_HEADER_SIZE)
@@ -394,8 +393,7 @@ def open_data_files(paths: list[tuple[int, Path]], file_size: int | None) -> DLe
 
 
 def index_file_size(store: Store) -> int:
-    """The length of the DLedger index files: that of the files there (an empty one tells none), else DLedger's
-    default (``DLedgerConfig.mappedFileSizeForEntryIndex``, 5 Mi units: ``DLedgerCommitLog`` does not set it)."""
+    """The DLedger index file length: the files', else ``DLedgerConfig.mappedFileSizeForEntryIndex``'s default."""
     sizes = [size for size in (p.stat().st_size for _, p in store.commitlog.layout.index_files()) if size]
     return inferred_file_size(sizes) if sizes else DLEDGER_INDEX_FILE_SIZE
 

@@ -110,8 +110,7 @@ def committed_read_failure(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[str,
 
 
 def reput_start(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[int, str]:
-    """Where 5.x's reput starts on DLedger data, and why: ``DLedgerCommitLog.getConfirmOffset`` (the committed position, else the
-    first data file's base), raised to the min offset (@5.0.0-5.3.3, reference §15.4)."""
+    """Where 5.x's reput starts on DLedger data, and why: ``getConfirmOffset``, raised to the min offset (reference §15.4)."""
     if dl.committed_pos:
         return dl.committed_pos, f"DLedger's committed position {dl.committed_pos}"
     files = cl.entry_segments()
@@ -246,8 +245,7 @@ def dledger_start(store: Store, dl: DataRecovery, version: BrokerVersion, *, mod
 
 
 def _start_file(cl: DLedgerCommitLog, dl: DataRecovery) -> str:
-    """Which data file ``recover`` starts from, in words: the third-from-last (the first of fewer), or an earlier one where
-    the pre-check of a file's first entry against its index unit failed from there back (§15.4)."""
+    """Which data file ``recover`` starts from, in words: the third-from-last, or earlier where its pre-check failed (§15.4)."""
     files = cl.entry_segments()
     at = dl.start_file - (len(cl.segments) - len(files))
     if not files:
@@ -289,8 +287,7 @@ class FirstLoadBlank:
 
     @property
     def failure(self) -> str | None:
-        """Why the broker's load fails here, or None: with fewer than 8 bytes left the two ``getInt`` of the
-        check throw ``BufferUnderflowException``, which ``DefaultMessageStore.load`` catches ("load exception")."""
+        """Why the load fails here, or None: under 8 bytes left, ``getInt`` throws ``BufferUnderflowException``."""
         left = self.file_size - self.position
         if left >= clfmt.BLANK_HEADER_SIZE:
             return None

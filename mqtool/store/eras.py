@@ -1,5 +1,4 @@
-"""One candidate version per distinct set of the planning rules that matter for this store (``rules.PLANNING_RULES``), for the
-next start (``nextstart``: the newest) and the planners (``recovery.candidates``: each)."""
+"""One candidate version per set of the planning rules that matter here, for ``nextstart`` and ``recovery.candidates``."""
 
 from __future__ import annotations
 

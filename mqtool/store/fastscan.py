@@ -1,5 +1,4 @@
-"""The compiled hot loop (``_fastscan.pyx``): ``walk_segment`` applies ``decode_record``'s checks and the body CRC (ISA-L, zlib
-fallback) to a whole segment per call, recording where each valid record's parts lie."""
+"""The compiled hot loop (``_fastscan.pyx``): a segment's records checked as ``decode_record`` does, CRC too, per call."""
 
 from __future__ import annotations
 
@@ -144,8 +143,7 @@ class FastScan:
 
 
 class ReadWindow:
-    """A segment read with ``pread`` through one ``size``-byte buffer, no page tables (a third of a walk's CPU); a record the
-    window cuts is walked again from the next window (``cut_short``), one longer than it walked mapped."""
+    """A segment read through one ``pread`` buffer, no page tables; a record the window cuts is read again whole."""
 
     def __init__(self, path, size: int, file_size: int):
         self.path, self.fd = path, open_read_only(path)
@@ -217,8 +215,7 @@ def first_nonzero(array: np.ndarray, start: int, stop: int, fd: int | None = Non
 
 
 def data_ranges(fd: int, start: int, stop: int) -> list[tuple[int, int]]:
-    """``[lo, hi)`` ranges of the file in ``[start, stop)`` that may hold data (``SEEK_DATA``, ``SEEK_HOLE``):
-    the holes of a sparse file, zeros never written, are left out; where the file system cannot say, all of it."""
+    """``[lo, hi)`` ranges in ``[start, stop)`` that may hold data (``SEEK_DATA``/``SEEK_HOLE``), else all of it."""
     ranges, pos = [], start
     try:
         while pos < stop:

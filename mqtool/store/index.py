@@ -72,8 +72,8 @@ class IndexFile:
         return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
 
     def chain(self, key: str, begin: int = 0, end: int = LONG_MAX) -> Iterator[tuple[int, int, int]]:
-        """``IndexFile.selectPhyOffset``'s walk of ``key``'s slot chain: ``(entry number, phy offset, store time)`` of each entry
-        with the key's 31-bit hash and a time in ``[begin, end]``, newest first, collisions included."""
+        """``selectPhyOffset``'s walk of ``key``'s chain: ``(entry, phy offset, time)`` in ``[begin, end]``, collisions
+        included."""
         h = hashing.index_key_hash(key)
         count = self.header.index_count
         number = self.slot(h % self.geometry.hash_slot_num)
@@ -163,8 +163,7 @@ def store_index_geometry(paths: list[Path]) -> IndexGeometry | None:
 
 
 def _index_name(entry: os.DirEntry) -> int | None:
-    """The offset ``IndexFile``'s ``MappedFile.init`` reads from the name (``Long.parseLong``: a sign and any Unicode
-    decimal digits), or None: it throws ``NumberFormatException``, which ``IndexService.load`` catches."""
+    """The offset ``Long.parseLong`` reads from the name, or None where it throws (``IndexService.load`` catches it)."""
     return java_int_or_none(entry.name, 64)
 
 

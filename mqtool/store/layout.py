@@ -1,5 +1,4 @@
-"""What a store directory holds beyond the parts mqtool reads (reference §1.1, §16): ``info`` and ``verify`` name
-each such part as not checked, so nothing a broker wrote is silently ignored and nothing unknown stops a command."""
+"""What a store holds beyond what mqtool reads (reference §1.1, §16), named by ``info`` and ``verify`` as not checked."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Is anything using this store right now? (reference §14): the ``lock`` file's POSIX lock, probed with ``fcntl(F_GETLK)``, and
-``/proc/<pid>/fd`` and ``maps`` (a broker maps its files before it takes the lock)."""
+"""Is anything using this store? (reference §14): the ``lock`` file's POSIX lock, and ``/proc/<pid>/fd`` and ``maps``."""
 
 from __future__ import annotations
 

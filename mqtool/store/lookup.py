@@ -61,8 +61,7 @@ def key_matches(record: clfmt.CommitLogRecord, topic: str, key: str, kind: str, 
 
 
 def _indexed_keys(record: clfmt.CommitLogRecord, legacy: bool, rule: int) -> list[str]:
-    """The keys ``IndexService.buildIndex`` of the store's version puts for a record (``rule``: ``VersionRules.index_rule``, rules
-    file §4.2: 3.2.6 indexes no UNIQ_KEY and no COMMIT record; none for a rollback)."""
+    """The keys ``IndexService.buildIndex`` puts for a record under ``rule`` (rules §4.2; none for a rollback)."""
     props = record.property_map(legacy=legacy)
     return indexed_keys(record.sys_flag, props.get(PropertyKey.UNIQ_KEY), split_keys(props.get(PropertyKey.KEYS)), rule)
 
@@ -90,8 +89,7 @@ def read_served(store: Store, offset: int) -> tuple[clfmt.CommitLogRecord | None
 
 
 def past_end_error(cut: Cut) -> str:
-    """Why a record past where the broker's next start ends the log (``nextstart.end_before``) is not served: such a
-    record lies where the log went on before a crash, or where an earlier life of the segment wrote it."""
+    """Why a record past the next start's end is not served: the log before a crash, or an earlier life of the segment."""
     ends = f"the broker's next start ends the log at {cut.end.offset} ({ENDS.get(cut.end.reason, cut.end.reason)})"
     eras = f" (the next start of {cut.eras} brokers; the others serve it: --broker-version decides)" if cut.eras else ""
     return f"past the log's end: {ends} and serves nothing after it{eras}"
@@ -179,8 +177,7 @@ def _range(store: Store, queue, recovered) -> QueueRange:
 
 def read_queue_entry(store: Store, topic: str, queue_id: int, queue_offset: int, phys_offset: int,
                      size: int) -> tuple[clfmt.CommitLogRecord | None, str | None, str]:
-    """(record, error, status) of a consume queue entry as the restarted broker's ``getMessage`` serves it: entries past the next
-    start's end cut (§5.8; rules 2.4, 2.8), the status against the max after that cut."""
+    """(record, error, status) of a queue entry as the restarted broker's ``getMessage`` serves it (§5.8; rules 2.4, 2.8)."""
     cut = end_before(store, phys_offset, size)
     if cut is None:
         record, error = read_message(store, phys_offset)

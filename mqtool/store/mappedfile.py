@@ -150,8 +150,7 @@ class StrayEntry:
 
     @property
     def creator(self) -> str | None:
-        """Who ``IndexService.load``'s open of this entry is taken to run as and whether they can create its target
-        (``link_creator``), in words; None: no dangling symlink, or one into a directory that is not there."""
+        """Who ``IndexService.load`` runs as and whether they can create this link's target (``link_creator``), or None."""
         if self.target is None or not os.path.isdir(folder := os.path.dirname(os.path.realpath(self.path))):
             return None
         who, can = link_creator(self.path)
@@ -240,8 +239,7 @@ def load_effect(entry: StrayEntry, file_size: int | None, rules, loader: str = M
 
 
 def last_listed(path: Path, files, strays) -> bool:
-    """Whether ``path`` is the last entry of its folder's listing (``files``, ``strays``), the one 5.1.3+ ``doLoad`` deletes when
-    empty (rules §2.13); any entry sorting after it leaves an empty file to the length rule."""
+    """Whether ``path`` is its folder listing's last entry, which 5.1.3+ ``doLoad`` deletes when empty (rules §2.13)."""
     return all(p.name <= path.name for _, p in files) and all(s.path.name < path.name for s in strays)
 
 

@@ -172,8 +172,7 @@ def ends_before(store: Store, spans: list[tuple[int, int]]) -> list[Cut | None]:
 
 
 def _walk_end(store: Store, start: int, stop: int) -> ScanEnd:
-    """``summary.logical_end``'s end from ``start`` up to ``stop``, each stretch walked once per Store: a found end answers every
-    later ``stop``, a walk that reached its stop every stop up to it (else ``StopReason.LIMIT``)."""
+    """``summary.logical_end``'s end from ``start`` up to ``stop``, each stretch walked once per Store."""
     from .summary import logical_end
 
     upto, end = store.walked_ends.get(start, (None, None))
@@ -236,8 +235,7 @@ def link_clauses(store: Store) -> str | None:
 
 
 def start_of(store: Store) -> ScanStart | None:
-    """Where the broker's next start scans from (``startfile.recovery_start``); None for a DLedger store. While several eras
-    remain, the newest's start (the planners keep its plan), its rule saying where the others would start."""
+    """Where the next start scans from (``startfile.recovery_start``; None for DLedger): the newest era's, with the others'."""
     if store.recovers_dledger_data:
         return None
     if store.version is not None:

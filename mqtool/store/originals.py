@@ -1,5 +1,4 @@
-"""The files on disk a rebuild compares the bytes it would write with, so that a file already holding them is left alone
-(``recovery.queues.QueueSim``: consume queue units, ``recovery.rebuild.ComparedIndex``: index files)."""
+"""The files a rebuild compares its bytes with, so a file already holding them is left alone."""
 
 from __future__ import annotations
 

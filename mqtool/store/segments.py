@@ -133,8 +133,7 @@ def check_rows(array: np.ndarray, rows: np.ndarray, base: int, run: Run) -> None
 
 
 def property_crc(record) -> tuple[int, object]:
-    """(CRC the ``__CRC32#`` property should hold, value it holds) of a record ending with one: ``crc32(record[:-20]) &
-    0x7FFFFFFF`` (``MessageDecoder.createCrc32``, reference §2.10); a malformed value returned as its text."""
+    """(expected, stored) ``__CRC32#`` of a record ending with one (``MessageDecoder.createCrc32``, reference §2.10)."""
     raw = bytes(record[-PROP_CRC_LEN:])
     expected = body_crc(record[: len(record) - PROP_CRC_LEN]) & CRC31_MASK
     digits = raw[len(PROP_CRC_KEY) : -1]

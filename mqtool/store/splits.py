@@ -107,8 +107,7 @@ class Split:
 def plan_splits(segments: Iterable[Segment], split_size: int | None = None, resume_before: int | None = None,
                 start: int | None = None, stop: int | None = None, keep_going: bool = False,
                 served: "ServedLog | None" = None) -> list[Split]:
-    """One split per segment, or ``split_size`` ranges of larger ones, only for records starting in ``[start, stop)`` (``start``:
-    a record start); ``resume_before``, ``keep_going``, ``served``: ``Split.resume``."""
+    """One split per segment, or ``split_size`` ranges, for records starting in ``[start, stop)`` (options: ``Split``)."""
     if start is not None and stop is not None and stop <= start:
         return []
     splits = []
@@ -253,8 +252,7 @@ class Damage(NamedTuple):
 
 def check_handoffs(results: Iterable[SplitResult], resume: Callable[[SplitResult, int], int | None] | None = None,
                    ends: dict[Hashable, int] | None = None) -> list[Rejected]:
-    """The splits whose first record is not where the chain before it ends (per segment from ``chain_start``); ``resume``: where
-    it goes on past damage (``Split.resume``); ``ends`` receives each segment's chain end."""
+    """The splits whose first record is not where the chain before ends; ``resume`` past damage; ``ends`` receives ends."""
     by_segment: dict[Hashable, list[SplitResult]] = {}
     for r in results:
         by_segment.setdefault(r.segment, []).append(r)
@@ -280,8 +278,7 @@ def check_handoffs(results: Iterable[SplitResult], resume: Callable[[SplitResult
 
 def check_splits(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], Split], damage: list[Damage] | None = None,
                  skipped: Mapping[tuple[Hashable, int], Sequence[tuple[int, int]]] | None = None) -> list[Rejected]:
-    """The splits whose records are not the log ``mqtool dump`` reads (``check_handoffs``, ``cut_logs``; ``splits`` by ``(segment,
-    start)``); ``damage`` receives what ``dump`` reports on stderr, in offset order."""
+    """The splits whose records are not the log ``mqtool dump`` reads; ``damage`` receives its stderr reports in order."""
     results = list(results)
     ends: dict[Hashable, int] = {}
     found: list[Damage] = []

@@ -26,8 +26,7 @@ _HEAD_TIMES: "weakref.WeakKeyDictionary[CommitLog, dict]" = weakref.WeakKeyDicti
 
 
 def first_record_store_time(commitlog: CommitLog, index: int, accept_v2: bool, skip: int = 0) -> int | None:
-    """STORETIMESTAMP of the first record of segment ``index`` (after ``skip`` bytes: a DLedger entry header) as
-    ``isMappedFileMatchedRecover`` reads it, or None; read once per commit log (every candidate version's start asks)."""
+    """STORETIMESTAMP of segment ``index``'s first record (after ``skip`` bytes) as ``isMappedFileMatchedRecover`` reads it."""
     known = _HEAD_TIMES.setdefault(commitlog, {})
     if (index, accept_v2, skip) not in known:
         known[index, accept_v2, skip] = _read_head_time(commitlog, index, accept_v2, skip)

@@ -1,5 +1,4 @@
-"""``Store.open``: a broker store directory, commit log folder or segment, read-only (reference §1.1). Files
-``MappedFileQueue.load`` would refuse or skip (rules §2.13) are left out and kept in ``Store.problems``."""
+"""``Store.open``: a store, commit log folder or segment, read-only (reference §1.1); files the load refuses in ``problems``."""
 
 from __future__ import annotations
 
@@ -59,8 +58,7 @@ def _names_a_dledger_member(path: Path) -> bool:
 
 
 def not_a_store(path: Path) -> NotAStore:
-    """The error for a path that is none of what ``Store.open`` reads: what was expected, the absolute path, and the store it
-    probably means (a ``consumequeue/`` given for its store, the broker's home given for its ``store/``)."""
+    """The error for a path ``Store.open`` cannot read, with the store it probably means."""
     shown = path.absolute()
     try:
         found = "a file" if path.is_file() else "an empty directory" if not any(path.iterdir()) else "a directory without commitlog/, consumequeue/, index/ or checkpoint"
@@ -88,8 +86,7 @@ class FileProblem:
 
 
 def empty_not_last(after: StrayEntry | None, eras=None) -> str:
-    """Why an empty file with a stray entry ``after`` it is not deleted (``mappedfile.last_listed``), in words: "" without one, or
-    where no era of ``eras`` (any by default) deletes an empty last file (5.1.3+)."""
+    """Why an empty file with a stray entry ``after`` it is not deleted (5.1.3+, ``last_listed``), in words, or ""."""
     if after is None or (eras is not None and not any(VersionRules(e.representative).zero_length_last_file_deleted for e in eras)):
         return ""
     return f" (5.1.3+ delete an empty file only as the folder's last entry, and {after.path.name}, {after.what}, sorts after it)"
@@ -117,8 +114,8 @@ def stray_refused_why(entry: StrayEntry, file_size: int | None, loader: str = MA
 
 def stray_text(effects: dict[str, list[Era]], entry: StrayEntry, file_size: int | None, noun: str, loader: str = MAPPED_FILE_QUEUE,
                later: int = 0) -> str:
-    """What each era does with a stray entry (``stray_effects``), in words, ``noun`` the folder's files; ``later``: index files
-    after an ``index/`` entry, which ``IndexService.load`` leaves out (3.2.6-5.0.0)."""
+    """What each era does with a stray entry (``stray_effects``) in words, ``noun`` the folder's files; ``later``: for
+    ``index/``."""
     from .version import eras_label
 
     left_out = (f"stops IndexService.load there (IOException) and starts without the {later} index file{'s' * (later != 1)} after it: its queries by "
@@ -161,8 +158,7 @@ class ConfigDocument:
 
     @property
     def bak_unusable(self) -> str | None:
-        """Why ``ConfigManager.loadBak`` returns false (``file2String`` or ``decode`` throws on the ``.bak`` of a passed-over
-        file), or None: a missing, empty, null-read or tableless ``.bak`` loads as an empty table."""
+        """Why ``ConfigManager.loadBak`` returns false (the ``.bak`` throws), or None (an empty or absent one loads as empty)."""
         absent, bak = cfgfmt.absent(self.name), f"config/{self.name}.bak"
         why = self.problems.get(bak, MISSING)
         if (self.doc is not None or self.problems.get(f"config/{self.name}") == absent
@@ -264,8 +260,7 @@ class Store:
 
     @classmethod
     def _open_dledger(cls, layout: DLedgerLayout, root: Path, config: StoreConfig, version: str | None) -> "Store":
-        """A DLedger store (§15): entry files after a mixed store's classic segments (§15.5), loaded by ``super.load()``'s
-        ``MappedFileQueue.load`` rules (§2.13, 4.5.0-5.3.3), left-out files kept in ``problems``."""
+        """A DLedger store (§15): entry files after a mixed store's classic segments (§15.5, ``super.load()``'s rules)."""
         classic = cls._open_commitlog_dirs(config.commitlog_dirs or (root / "commitlog",), root, config, version) if (root / "commitlog").is_dir() else None
         segments = classic.commitlog.segments if classic else []
         from . import dledger
@@ -309,8 +304,7 @@ class Store:
 
     @property
     def log_folder_missing(self) -> Path | None:
-        """The root's ``commitlog/`` when it is not there and no broker config names the log's folder
-        (``storePathCommitLog``, DLedger): mqtool reads an empty commit log, where the broker's is elsewhere or lost."""
+        """The root's absent ``commitlog/`` when no broker config names the log's folder (read as an empty log), else None."""
         folder = None if self.root is None or self.is_dledger or self.config.commitlog_dirs else self.root / "commitlog"
         return folder if folder is not None and not folder.is_dir() else None
 
@@ -341,8 +335,7 @@ class Store:
         return self.root.joinpath(*parts)
 
     def rootless_refusal(self) -> str:
-        """Why commit log segments given alone (a ``commitlog/`` folder, one segment) do not do for a command that
-        reads the store's other files, and the folder to give: the broker's store root holds ``commitlog/``."""
+        """Why commit log segments alone do not do for a command reading the store's other files, naming the root to give."""
         folder = self.commitlog.segments[0].path.parent if self.commitlog.segments else None
         whole = None if folder is None else Path(os.path.abspath(folder))  # ``.`` inside it too; a symlinked folder not followed
         named = whole is not None and whole.name == "commitlog"
@@ -428,8 +421,7 @@ class Store:
 
     @cached_property
     def queue_path_files(self) -> list[Path]:
-        """The files at a queue's own path under ``consumequeue/`` (``consumequeue.queue_path_files``): verify's
-        ``cq-queue-path-not-a-directory``, the write commands' refusal (``planparts.odd_queue_directory``)."""
+        """The files at a queue's own path (``consumequeue.queue_path_files``), for verify and the write commands' refusal."""
         return queue_path_files(self.path("consumequeue"), self._topic_listing) if self.root is not None else []
 
     @cached_property
@@ -565,8 +557,7 @@ class Store:
 
 
 def abort_unwritable(path: Path, what: str | None) -> bool:
-    """Whether an ``abort`` that is no file (``what``) is a FIFO or socket, which 5.0.0+ ``MixAll.string2File`` waits in or throws
-    on; a device node is read as empty and written (rules 6.3, 7.4). Never opened here."""
+    """Whether an ``abort`` that is no file is a FIFO or socket, which 5.0.0+ ``string2File`` hangs or throws on (6.3)."""
     return what == A_SOCKET or what == A_SPECIAL and stat.S_ISFIFO(os.stat(path).st_mode)
 
 

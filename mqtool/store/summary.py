@@ -23,8 +23,7 @@ INDEX_HEADER_FIELDS = ("begin_timestamp", "end_timestamp", "begin_phy_offset", "
 
 
 def logical_end(store: Store, start: int, stop: int | None = None) -> tuple[int, ScanEnd]:
-    """(valid records from ``start``, where ``CommitLog.recoverNormally``'s scan ends, reference §8.3), CRCs as
-    ``checkCRCOnRecover`` says; with ``stop``, at the first record at or after it (``StopReason.LIMIT``)."""
+    """(valid records from ``start``, where ``recoverNormally``'s scan ends, reference §8.3); ``stop``: up to it (``LIMIT``)."""
     count, resume = 0, start
     if not store.is_dledger:
         scan = store.commitlog.scan(start, stop, check_crc=store.config.check_crc_on_recover)
@@ -206,8 +205,7 @@ def unmounted_notes(store: Store) -> list[str]:
 
 
 def checkpoint_absent(store: Store) -> str:
-    """What info says of a checkpoint it cannot read: a directory (``nextstart.checkpoint_refusal``) or no file, with which
-    ``StoreCheckpoint`` creates one and the start reads every timestamp as 0 (reference §6, §8.4)."""
+    """What info says of an unreadable checkpoint: a directory (refused) or missing (created, timestamps 0; §6, §8.4)."""
     from .nextstart import checkpoint_refusal
 
     if (why := checkpoint_refusal(store, "")) is not None:

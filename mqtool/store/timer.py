@@ -100,8 +100,7 @@ TIMER_ERA = next(e for e in ERAS if e.name == "E13")
 
 
 def first_pass_start(bases: list[int], check: fmt.TimerCheck | None, file_size: int | None) -> int:
-    """Where ``TimerMessageStore.recover``'s first ``recoverAndRevise`` starts (5.0.0-5.3.3): at the timer log file holding
-    timercheck's ``lastTimerLogFlushPos`` less a file's size (0 at least), or the first file."""
+    """Where ``recover``'s first ``recoverAndRevise`` starts: the file of ``lastTimerLogFlushPos`` less a file size."""
     return _file_holding(bases, max(0, (check.last_timer_log_flush_pos if check is not None else 0) - (file_size or 0)))
 
 
@@ -159,8 +158,7 @@ def chain_break(last_pos: int, units: dict[int, tuple[int, int]], start: int) ->
 
 
 def cut_at(path: Path) -> int | None:
-    """Where a timer log file's bytes show it was cut: the unit the cut crosses, or its end with under a blank's 16 bytes after a
-    whole unit (``TimerLog.append`` leaves room for the blank); None where they do not show it."""
+    """Where a timer log file's bytes show a cut (a unit crossed, or no room for a blank after the last), else None."""
     with MappedFile(path) as mf:
         buf, size = mf.buf, mf.size
         at = size - size % fmt.UNIT_SIZE

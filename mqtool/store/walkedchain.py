@@ -1,5 +1,4 @@
-"""The plan's commit log walk kept for ``verify_after`` (walked and CRC-checked once): verify's per-record checks
-(``segments.check_rows``) on the recovery scan's rows, continued by ``analyze_segment(walked=...)``."""
+"""The plan's commit log walk kept for ``verify_after``: walked and CRC-checked once (``segments.check_rows``)."""
 
 from __future__ import annotations
 
