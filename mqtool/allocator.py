@@ -1,5 +1,4 @@
-"""Fixed glibc ``malloc`` thresholds (``mallopt(3)``) so the few MiB each batch frees stay in the heaps for the next batch instead
-of going back to the kernel and faulting in again (BENCHMARKS.md: "Allocator"); nothing changes without glibc."""
+"""Fixed glibc ``malloc`` thresholds (``mallopt(3)``) so each batch's freed MiBs stay for the next (BENCHMARKS.md)."""
 
 from __future__ import annotations
 

@@ -80,8 +80,7 @@ A_DIRECTORY, A_SPECIAL, A_SOCKET = "a directory", "a FIFO, socket or device node
 
 
 def not_a_file(path: Path) -> str | None:
-    """What is at ``path`` (through a symlink) where the broker opens a file and finds none it can read: ``A_DIRECTORY``,
-    ``A_SOCKET`` (ENXIO) or ``A_SPECIAL`` (FIFO, device node), never opened here; None: a regular file or nothing."""
+    """What is at ``path`` where the broker finds no file it can read: ``A_DIRECTORY``, ``A_SOCKET``, ``A_SPECIAL``, or None."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -148,8 +147,7 @@ def set_owner(path: Path, owner: Owner | None) -> bool:
 
 
 def install(tmp: Path, target: Path, owner: Owner | None = None) -> None:
-    """Put the fsynced ``tmp`` in place of ``target``, whole or not at all, with ``owner``: a rename, or across file systems a
-    copy beside it renamed over it; a symlinked ``target`` kept, its file replaced. The caller fsyncs the folder."""
+    """Put the fsynced ``tmp`` in place of ``target`` whole, with ``owner`` (rename, or a copy across file systems)."""
     if set_owner(tmp, owner):
         fsync_path(tmp)
     linked = os.path.islink(target) and os.path.isfile(target)
@@ -217,8 +215,7 @@ def remove_entry(path: Path) -> None:
 
 
 def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None, copied: Callable[[int], None] | None = None) -> str:
-    """Make ``dst`` hold ``src``'s (a symlink's file's) bytes: a hard link if possible, else a sparse copy through a temporary
-    name; durable once the caller fsyncs the directories in ``synced``. Returns ``"link"`` or ``"copy"``."""
+    """Make ``dst`` hold ``src``'s bytes by a hard link, else a sparse copy; durable once ``synced`` is fsynced."""
     makedirs(dst.parent, synced=synced)
     tmp = dst.with_name(dst.name + ".part")
     tmp.unlink(missing_ok=True)

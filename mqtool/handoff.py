@@ -1,5 +1,4 @@
-"""Bounded, in-order hand-offs between a command's thread and one helper (the kernels release the GIL): ``Stage`` consumes,
-``produced_in_thread`` produces; at most ``depth`` items wait, a helper's exception raised in the caller."""
+"""Bounded, in-order hand-offs between a command's thread and one helper: ``Stage`` consumes, ``produced_in_thread`` produces."""
 
 from __future__ import annotations
 
@@ -27,8 +26,7 @@ def usable_cpus() -> int:
 
 
 class Stage:
-    """``work(item)`` for every item ``put``, in order, in a thread of its own, its yields in loop order. The putter waits only in
-    ``SimpleQueue.get``, which a Ctrl-C interrupts whole (a ``queue.Queue``'s ``Condition`` can lose the wake-up)."""
+    """``work(item)`` for every item ``put``, in order, in its own thread; the putter waits only in ``SimpleQueue.get``."""
 
     def __init__(self, work: Callable[[object], None], depth: int, name: str):
         self.work = work

@@ -1,5 +1,4 @@
-"""mqtool's working files: unnamed temporary files in ``$TMPDIR`` that keep memory flat (a plan's dispatch spill, placed queue
-units, verify's held findings); a full or missing directory is said as what it is (``working_file_error``)."""
+"""mqtool's working files, unnamed temporary files in ``$TMPDIR`` that keep memory flat (``working_file_error``)."""
 
 from __future__ import annotations
 

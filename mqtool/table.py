@@ -86,8 +86,7 @@ def fold(text: str, width: int) -> list[str]:
 
 
 def line_spans(line: str, width: int) -> list[tuple[int, int]]:
-    """Where to cut ``line`` into lines of at most ``width`` cells at spaces only, each continuation indented like ``line``:
-    (start, end) character spans of the words on each line (a word longer than the room gets a line of its own)."""
+    """(start, end) spans of the words of each line ``line`` wraps into at ``width`` cells, continuations indented alike."""
     room = width - (len(line) - len(line.lstrip(" ")))
     spans: list[tuple[int, int]] = []
     start = end = None

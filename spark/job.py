@@ -347,8 +347,7 @@ def run_messages_in_tasks(scan: Scan, out: Output) -> dict:
 
 
 def run_stats(scan: Scan, out: Output) -> dict:
-    """Per split aggregates (``output=stats``), checked, then combined: hourly output staged while the bounds are checked
-    (rewritten without failing splits), then one grouping-sets job for the per-queue and per-broker-hour tables."""
+    """Per split aggregates, checked, then combined by one grouping-sets job into the per-queue and per-hour tables."""
     obs = Observation("mqtool-stats")
     split = F.struct("broker", "split_start", "first_offset", "exit_offset", "skipped")
     partial = scan.read(output="stats").observe(obs, F.collect_set(split).alias("splits")).persist(StorageLevel.MEMORY_AND_DISK)
@@ -557,8 +556,7 @@ def print_dropped(rejected: Sequence[dict]) -> None:
 
 
 def prepare(o: JobOptions) -> list[BrokerInput]:
-    """Every check of the arguments and the input paths, without Spark: run before the JVM starts, so a wrong argument or a
-    missing path is one line at once (``UsageError`` / ``BadInput``); returns the resolved inputs for ``run``."""
+    """Every check of the arguments and paths before the JVM starts (``UsageError``, ``BadInput``); the inputs for ``run``."""
     for flag, value, allowed in (("--mode", o.mode, MODES), ("--format", o.format, FORMATS), ("--writer", o.writer, WRITERS)):
         if value not in allowed:
             raise UsageError(f"{flag} {value!r}: expected one of {', '.join(allowed)}")

@@ -1,5 +1,4 @@
-"""One scan task without Spark: ``plan_tasks`` (picklable ``ScanTask`` per split), ``read_messages``, ``write_messages`` (one
-Parquet file) and ``read_stats`` (aggregated in the task), for the data source, the benchmark and the tests."""
+"""One scan task without Spark: ``plan_tasks``, ``read_messages``, ``write_messages`` and ``read_stats``."""
 
 from __future__ import annotations
 
@@ -99,8 +98,7 @@ WRITE_BATCH = 1 << 13
 
 
 def write_messages(task: ScanTask, directory: str, body: BodyEncoding = BodyEncoding.none, match: MessageFilter = MessageFilter(), compression: str = "snappy") -> Iterator[pa.RecordBatch]:
-    """Write the split's kept messages as one Parquet file of ``MESSAGE_FILE_SCHEMA`` under a new name in ``directory``, yielding
-    its ``WRITTEN_SCHEMA`` row; nothing for a split without records, no file when all are filtered out."""
+    """Write the split's kept messages as one new Parquet file in ``directory``, yielding its ``WRITTEN_SCHEMA`` row."""
     builder = task.builder(body=body, columns=MESSAGE_FILE_SCHEMA.names)
     path = os.path.join(directory, f"{uuid.uuid4().hex}.parquet")
     scan = task.scan(check_crc=True, batch=WRITE_BATCH)

@@ -1,2 +1,1 @@
-"""What the broker's dispatchers derive from each record for the consume queues and index (reference §3.2-§3.5, §6.5): scanner,
-compiled dispatch, topic numbers, queue groups, spill; below ``scan``, ``verify`` and ``recovery``."""
+"""What the broker's dispatchers derive from each record for the consume queues and index (reference §3.2-§3.5, §6.5)."""

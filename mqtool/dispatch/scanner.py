@@ -110,8 +110,7 @@ class DispatchBatch:
 
 
 class SpilledBatch(DispatchBatch):
-    """A batch read back from a spill (``read_spilled``): the spill's own column blocks (``spillrows.Columns``); ``fields``, every
-    column row-major, unpacked only when read (a normal recovery's ``after_phys``, the LMQ dispatch)."""
+    """A batch read back from a spill (``read_spilled``) as its column blocks; ``fields`` unpacked only when read."""
 
     def __init__(self, columns: spillrows.Columns, spilled: tuple | None):
         self._columns = columns
@@ -221,8 +220,7 @@ class DispatchScanner:
             pos = nxt
 
     def _loose(self, acc: _Accumulator, end: ScanEnd, nxt: int) -> Iterator[DispatchBatch]:
-        """The record inside a header-broken DLedger entry the served log goes on past (``dledgerstart.record_in_broken_entry``),
-        walked in its file alone: the reput dispatches it (``checkMessageAndReturnSize`` skips the header)."""
+        """The served record inside a header-broken DLedger entry, walked in its file alone: the reput dispatches it."""
         from ..store.dledgerstart import record_in_broken_entry
 
         cl = self.commitlog
@@ -232,8 +230,7 @@ class DispatchScanner:
 
     def _walk(self, acc: _Accumulator, pos: int, stop: int | None, base: int | None = None, halt: threading.Event | None = None,
               commitlog: CommitLog | None = None) -> Iterator[DispatchBatch]:
-        """The chain from ``pos`` dispatched into ``acc``, full batches handed out; returns ``(crossed, end)`` (``base``: within
-        that segment, ``crossed`` at a blank; ``end`` None when crossed or halted). ``commitlog``: another view."""
+        """The chain from ``pos`` dispatched into ``acc``; returns ``(crossed, end)`` (``base``: within that segment)."""
         delay_ms = fd.delay_array(dict(self.options.delay_table))
         scan = FastScan(commitlog or self.commitlog, pos, stop, check_crc=self.check_crc and self.discipline == "recovery",
                         stop_on_crc=True, batch=self.SUB_BATCH, release_behind=True)
@@ -270,8 +267,8 @@ class DispatchScanner:
         return index is not None and last is not None and index < last
 
     def _produce_ahead(self) -> Iterator[DispatchBatch]:
-        """The batches in order while the next segment is dispatched in a second thread (``_Ahead``), kept when the segment before
-        ends at a blank (reference §2, §8.3); a reput past an undispatchable record goes on as ``doReput``."""
+        """The batches in order while the next segment is dispatched ahead (``_Ahead``), kept where the chain crosses (§2,
+        §8.3)."""
         pos, last = self.start, self._last_segment()
         while True:
             crossed, end = yield from self._ahead_run(pos, last)

@@ -1,5 +1,4 @@
-"""The compiled packing of ``DispatchCache``'s spill, one pass each way between a batch's row-major ``fields`` and aligned column
-blocks: ``WIDE`` int64, ``NARROW`` int32 and topic ids, int8 flags, int32 key hashes, the queue grouping."""
+"""The compiled packing of ``DispatchCache``'s spill: a batch's row-major ``fields`` to and from aligned column blocks."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The broker's JSON config files under ``config/`` (reference §1.4), written by ``ConfigManager.persist`` with a ``.bak``, read
-with ``formats.fastjson``; ``decode_config`` checks only the shape the store relies on. And ``broker.conf``."""
+"""The broker's JSON config files under ``config/`` (reference §1.4), read with ``formats.fastjson``; and ``broker.conf``."""
 
 from __future__ import annotations
 
@@ -60,8 +59,7 @@ def empty(name: str) -> str:
 
 
 def absent(name: str) -> str:
-    """``decode_config``'s error for an object without the file's table, which the broker's ``decode`` reads without a throw
-    (the class's field keeps its empty table: ``TopicConfigSerializeWrapper``, ``ConsumerOffsetManager`` ... @4.9.7)."""
+    """``decode_config``'s error for an object without the file's table, which the broker reads without a throw (@4.9.7)."""
     return f"{name} has no {CONFIG_FILES[name]!r} object"
 
 
@@ -99,8 +97,7 @@ _OFFSET_TABLES = {"consumerOffset.json": consumer_offsets, "delayOffset.json": d
 
 
 def parse_java_properties(text: str) -> dict[str, str]:
-    """A Java properties file as ``Properties.load`` splits it (``broker.conf``, DLedger's ``checkpoint``/``currterm``):
-    ``#``/``!`` comments, key up to ``=``, ``:`` or whitespace, trailing whitespace kept; no escapes or continuations."""
+    """A Java properties file as ``Properties.load`` splits it (``broker.conf``, DLedger's), without escapes."""
     result = {}
     for line in re.split(r"\r\n|\r|\n", text):
         line = line.lstrip(" \t\f")

@@ -33,8 +33,7 @@ def parse_delay_levels(text: str = DEFAULT_DELAY_LEVELS) -> dict[int, int]:
 
 
 def java_parse_int(text: str, bits: int = 32) -> int:
-    """``Integer.parseInt(text)`` (``bits=64``: ``Long.parseLong``, 16: ``Short.parseShort``): optional sign, Unicode decimal
-    digits, in range; raises ``ValueError`` otherwise (unlike Python's ``int``: no spaces, no underscores)."""
+    """``Integer.parseInt`` (``bits=64``: ``Long``, 16: ``Short``): sign, Unicode digits, in range, else ``ValueError``."""
     digits = text[1:] if text[:1] in "+-" and len(text) > 1 else text
     if not digits or any(unicodedata.decimal(ch, None) is None for ch in digits):
         raise ValueError(text)
@@ -195,8 +194,7 @@ def notify_throw(topic: str, queue_id: int, properties: Mapping[str, str], dispa
 
 
 class NoPropertiesThrows(DispatchThrows):
-    """A record without properties where 4.9.3 has ``enableMultiDispatch`` on: ``checkMultiDispatchQueue`` tests ``prop == null &&
-    prop.isEmpty()`` (4.9.4: ``||``), a NullPointerException before even the record's own entry is written."""
+    """A record without properties under 4.9.3's ``enableMultiDispatch``: ``checkMultiDispatchQueue`` throws an NPE."""
 
     def __init__(self, offset: int | None = None, undecided: bool = False):
         super().__init__("has no properties, on which 4.9.3's checkMultiDispatchQueue throws a NullPointerException "

@@ -1,5 +1,4 @@
-"""The ``abort`` and ``lock`` marker files (reference §1.5, §8.1, §14): ``abort`` present means an unclean stop and abnormal
-recovery (empty in 4.x, 5.x writes the PID); ``lock`` holds ``lock``, a running broker's POSIX lock on [0, 1)."""
+"""The ``abort`` and ``lock`` marker files (reference §1.5, §8.1, §14)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Hosts and offsetMsgId (reference §2.4, §4): a host is the address (4 or 16 bytes) and an int32 port; offsetMsgId the uppercase
-hex of store host, port and commit log offset (``MessageDecoder.createMessageId``), 32 or 56 characters."""
+"""Hosts and offsetMsgId (reference §2.4, §4; ``MessageDecoder.createMessageId``): 32 or 56 hex characters."""
 
 from __future__ import annotations
 

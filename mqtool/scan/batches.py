@@ -1,5 +1,4 @@
-"""Arrow batches of messages built column-wise from the compiled walk's rows (``_kernels.pyx``), equal to ``records.message_dict``
-field for field, which builds a batch the columns cannot decide exactly. Imports pyarrow, not pyspark."""
+"""Arrow batches of messages built column-wise from the compiled walk's rows, equal to ``records.message_dict``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Arrow's compute functions by name through ``call_function`` (``private_api.arrow_compute``) without importing
-``pyarrow.compute`` (``and_`` for ``and``); ``cast``, ``is_in``, ``index_in``, ``fill_null``, ``take`` written out."""
+"""Arrow's compute functions by name through ``call_function`` (``private_api.arrow_compute``), no ``pyarrow.compute``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``SalvageScan``: every valid record of a commit log as Arrow batches with a ``status`` (docs/reading.md), past the broker's cut
-(reference §8.3, §8.9) as ``verify --keep-going`` walks (``segments.analyze_segment``; DLedger: §15.4, §15.5)."""
+"""``SalvageScan``: every valid record of a commit log with a ``status`` (docs/reading.md), past the broker's cut too."""
 
 from __future__ import annotations
 
@@ -213,8 +212,8 @@ class SalvageScan:
         return run.end
 
     def _read(self, stretch: Stretch, walk: FastScan | None = None) -> Iterator[pa.RecordBatch]:
-        """The stretch's records through ``read_batches`` (``walk``: given); a bad-CRC record is skipped. A record whose
-        DLedger entry header is broken (``_kept_past``, ``_entry_report``) is walked by ``dledgerstart.loose_walk``."""
+        """The stretch's records by ``read_batches`` (``walk``: given), bad CRCs skipped, header-broken entries by
+        ``loose_walk``."""
         start, cl = stretch.start, self.store.commitlog
         if walk is None and self._entry_file(cl.segment_index(start)):  # the entry at ``start - 48`` may be broken
             walk = loose_walk(cl, ScanEnd(start - ENTRY_HEADER_SIZE, StopReason.CORRUPT), stretch.stop)

@@ -185,8 +185,7 @@ _COUNT_INIT, _COUNT_OPS = np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int6
 
 
 def collect(store: Store, period_ms: int = HOUR_MS, *, progress: Callable[[int], None] | None = None, batch: int = WALK_BATCH, read_on=None) -> StoreStats:
-    """One pass over the store's records (bad body CRCs counted and read past, as ``dump``) into ``StoreStats``; ``read_on(end)``
-    may go on past damage the broker never reads, or a header-broken DLedger entry's record (``loose_walk``)."""
+    """One pass over the store's records into ``StoreStats`` (bad CRCs read past, as ``dump``); ``read_on``: past damage."""
     records, start = 0, store.commitlog.min_offset
     topics: dict[int, str] = {}
     groups = GroupTable()

@@ -1,5 +1,4 @@
-"""``SurvivorSearch``: which message ids survived and whether a consumer can get them (docs/reading.md), in one ``SalvageScan``
-pass, on the queues after the next start (``QueuesAfter``, reference §5.7-§5.10, §8.4-§8.12, §15.4)."""
+"""``SurvivorSearch``: which ids survived and whether a consumer can get them (docs/reading.md), in one ``SalvageScan`` pass."""
 
 from __future__ import annotations
 
@@ -71,8 +70,7 @@ def string_hashes(arr: pa.Array) -> np.ndarray:
 
 
 def _hex_upper(values: pa.Array) -> pa.Array:
-    """``values`` with the hex ids in upper case: a UNIQ_KEY or offsetMsgId is a hex number, its case says nothing
-    (Java's clients write upper case; ids copied through a lower-casing log were all "missing"); others as they are."""
+    """``values`` with hex ids upper-cased (a hex id's case says nothing; clients write upper case), others as they are."""
     hexes = compute.match_substring_regex(values, options=compute.MatchSubstringOptions(f"^(?:{_HEX_ID.pattern})$"))
     return compute.if_else(hexes, compute.ascii_upper(values), values)
 
@@ -270,8 +268,7 @@ class SurvivorSearch:
             yield (self.topics[int(hits["topic"][idx[0]])], int(hits["queue_id"][idx[0]])), idx
 
     def _consumable(self, hits: dict[str, np.ndarray], candidate: np.ndarray) -> np.ndarray:
-        """Per hit: whether a unit of its queue in ``self.queues`` holds its offset and size, at its queue offset or where a
-        recovery placed it (§5.10, §15.4); refused where candidate versions' queues differ (``recovery.candidates``)."""
+        """Per hit: whether a unit of its queue holds it (§5.10, §15.4); refused where candidate versions' queues differ."""
         if self.store.root is None:  # commit log segments alone: no consume queue leads anywhere
             return np.zeros(len(candidate), dtype=bool)
         answers: list[np.ndarray] = []

@@ -112,8 +112,7 @@ class BatchText:
         self.out = _EMPTY
 
     def encode(self, batch: pa.RecordBatch, *, fresh: bool = False) -> np.ndarray:
-        """The text of the batch's rows (uint8 array; write it as a buffer). The array is a view of a buffer the next ``encode``
-        reuses: write or copy it before; with ``fresh`` it has a buffer of its own (threads may then encode at once)."""
+        """The batch's text (uint8 array), a view of a buffer the next ``encode`` reuses unless ``fresh``."""
         if batch.num_rows == 0:
             return _EMPTY
         c = _Columns(batch, self.fields)

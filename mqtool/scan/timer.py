@@ -86,8 +86,7 @@ class TimerWalk:
         self.builder: MessageScan | None = None  # the columns of another walk's batches (``add_rows``)
 
     def walk(self, after: ScanEnd | None = None) -> "TimerWalk":
-        """Fed by a scan of its own, from the commit log's min offset to the end of the log the broker serves (``_resume``);
-        ``after``: where another walk that fed it stopped (``verify``'s, ``add_rows``), from where that log goes on past it."""
+        """Fed by its own scan to the end of the served log (``_resume``); ``after``: where another walk feeding it stopped."""
         end, start = after, None if after is None else self._resume(after)
         while end is None or start is not None:
             if end is not None:
@@ -206,8 +205,7 @@ def timer_report(store: Store, timer: TimerStore, walked: TimerWalk | None = Non
 
 
 def timer_summary(store: Store, start: NextStart | None = None, *, next_count: int = 5) -> dict | None:
-    """``info``'s timer section: units by state, next deliveries, backlog per UTC hour, ``config/timercheck`` and the messages not
-    yet enqueued from where the timer recovery resumes (``timer_resume``; ``start``: the next start, if known)."""
+    """``info``'s timer section: units by state, deliveries, backlog per hour, timercheck, not-yet-enqueued messages."""
     timer = TimerStore.open(store.root) if store.root is not None else None
     if timer is None:
         return None
@@ -239,8 +237,7 @@ def timer_summary(store: Store, start: NextStart | None = None, *, next_count: i
 
 
 class Resume(NamedTuple):
-    """Where ``TimerMessageStore.recover`` (5.0.0-5.3.3, reference §9, rules §8.1) resumes enqueuing queue 0: ``offset``, and how:
-    ``after_unit``, ``master`` (``masterTimerQueueOffset``), ``raised_from`` (below the queue's min)."""
+    """Where ``TimerMessageStore.recover`` resumes enqueuing queue 0 (reference §9, rules §8.1), and why."""
 
     offset: int
     after_unit: bool
@@ -261,8 +258,7 @@ class Resume(NamedTuple):
 
 
 def timer_resume(store: Store, report: TimerReport, check: fmt.TimerCheck | None, start: NextStart | None) -> Resume:
-    """The ``Resume`` of ``TimerMessageStore.recover``: after the last readable unit's queue offset (``reviseQueueOffset``), else
-    ``lastTimerQueueOffset``; the lower of that and ``masterTimerQueueOffset``; raised to the queue's min offset."""
+    """The ``Resume`` of ``TimerMessageStore.recover`` (``reviseQueueOffset``, ``masterTimerQueueOffset``, queue min)."""
     rows, end = report.rows, report.log_end.offset
     after_unit = bool(rows) and rows[-1]["timer_log_offset"] == end - fmt.UNIT_SIZE and rows[-1]["state"] != "lost"
     last_offset = check.last_timer_queue_offset if check is not None else 0

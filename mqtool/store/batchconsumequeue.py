@@ -1,5 +1,4 @@
-"""Batch consume queues (5.0.0+, reference §5.5, ``BatchConsumeQueue.java @5.3.3``): 46-byte units each holding one record's queue
-offsets ``[msgBaseOffset, msgBaseOffset + batchSize)``; recovery (§5.7) stops at the first invalid one."""
+"""Batch consume queues (5.0.0+, reference §5.5): 46-byte units, each one record's queue offset range."""
 
 from __future__ import annotations
 

@@ -59,13 +59,11 @@ class ScanEnd(NamedTuple):
         return self.reason in (StopReason.ZEROS, StopReason.BLANK_LAST, StopReason.LIMIT, StopReason.NO_SEGMENTS)
 
     def unread_by_broker(self, broker_start: int) -> bool:
-        """True when this end lies before ``broker_start``, where the broker's recovery starts scanning (``store.startfile``):
-        damage or zeros the broker never reads, so the log it serves goes on past them. A requested limit is no such end."""
+        """Whether this end lies before ``broker_start``, where the broker's recovery starts: damage it never reads."""
         return self.reason not in (StopReason.LIMIT, StopReason.NO_SEGMENTS) and self.offset < broker_start
 
     def skipped_note(self, resumed: int, scan_start: int | None = None, kept: str | None = None) -> str:
-        """``mqtool dump``'s stderr line for this damage read past up to ``resumed``: before ``scan_start``, where the broker's
-        next start scans from (it never reads it), damage the broker ``kept`` (why), else with ``--keep-going``."""
+        """``mqtool dump``'s stderr line for this damage read past up to ``resumed``, saying why it is read past."""
         if kept is not None:
             return (f"skipped [{self.offset}, {resumed}) ({self.reason}: {self.detail}): {kept}, so the broker serves the records after "
                     "it; reading on")

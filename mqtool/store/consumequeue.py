@@ -325,8 +325,7 @@ def queue_directories(directory: Path, listing: TopicListing | None = None) -> l
 
 
 def queue_path_files(directory: Path, listing: TopicListing | None = None) -> list[Path]:
-    """Each non-directory at a queue's path ``<topic>/<id>``: an empty queue whose first dispatch fails, after 30 tries refusing
-    every put (``putMessagePositionInfoWrapper`` @3.2.6, 4.9.7, 5.3.3). ``listing``: ``topic_listing``."""
+    """Each non-directory at ``<topic>/<id>``: an empty queue whose dispatch fails, then every put (@3.2.6, 4.9.7, 5.3.3)."""
     listing = topic_listing(directory) if listing is None else listing
     return [Path(e.path) for _, entries in listing for e in entries if not e.is_dir() and e.name == str(queue_id_of(e.name))]
 

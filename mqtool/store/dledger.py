@@ -1,5 +1,4 @@
-"""DLedger commit logs (reference §15): entry files (48-byte headers, each wrapping one record at ``pos + 48``), ``index/``,
-``checkpoint``, ``currterm``, and one commit log view over them (with a mixed store's classic segments, §15.5)."""
+"""DLedger commit logs (reference §15): entry files, ``index/``, ``checkpoint``, ``currterm``, and one view over them."""
 
 from __future__ import annotations
 
@@ -166,8 +165,8 @@ class DLedgerCommitLog(CommitLog):
         return None
 
     def units_written_from(self, number: int) -> int:
-        """The first all-zero (never written) unit of ``index/`` at or after unit ``number``: the end of the units past the
-        last entry that the broker's recovery leaves (``MmapFileList.truncateOffset`` moves the write position only, §15.4)."""
+        """The first never-written unit of ``index/`` at or after ``number`` (``truncateOffset`` moves only the position,
+        §15.4)."""
         unit = dfmt.INDEX_UNIT_SIZE
         for mf in self._index_files():
             first, count = mf.base_offset // unit, mf.size // unit

@@ -1,5 +1,4 @@
-"""Where a DLedger broker's load cuts and scans (reference §15.4): ``DLedgerMmapFileStore.recover``'s entry walk
-(``data_recovery``) and ``DLedgerCommitLog``'s scan start (``dledger_start``), for ``nextstart`` and ``recovery.dledger``."""
+"""Where a DLedger broker's load cuts and scans (reference §15.4): ``data_recovery`` and ``dledger_start``."""
 
 from __future__ import annotations
 
@@ -84,8 +83,7 @@ def _data_recovery(cl: DLedgerCommitLog) -> DataRecovery:
 
 
 def committed_read_failure(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[str, bool] | None:
-    """(why, in every release) ``updateCommittedIndex`` throws at the end of ``recover`` on ``dl.committed_index``, or None: no
-    ``index/`` unit there, or (DLedger 0.1/0.2.2, ``dledger_commit_reads_entry``) no entry ``get`` can read at it."""
+    """(why) ``updateCommittedIndex`` throws at the end of ``recover`` on ``dl.committed_index``, or None (DLedger 0.1-0.2.2)."""
     c = dl.committed_index
     if c is None or dl.first_walked is None or c >= dl.first_walked:
         return None
@@ -121,8 +119,7 @@ def reput_start(cl: DLedgerCommitLog, dl: DataRecovery) -> tuple[int, str]:
 
 
 def walk_resume(cl: DLedgerCommitLog, end: ScanEnd, *, every: bool = False) -> int | None:
-    """Where a walk stopped at ``end`` goes on in the data DLedger's recovery keeps (§15.4, §15.5): past a damaged record, a
-    broken header (``served_entry_after``) or classic damage (``resync.resume_after``); ``every``: every readable entry."""
+    """Where a walk stopped at ``end`` goes on in the data DLedger keeps (§15.4, §15.5); ``every``: every readable entry."""
     index = cl.segment_index(end.offset)
     if end.reason in (StopReason.LIMIT, StopReason.SEGMENT_END, StopReason.BLANK_LAST, StopReason.NO_SEGMENTS) or index is None:
         return None
@@ -146,8 +143,7 @@ def walk_resume(cl: DLedgerCommitLog, end: ScanEnd, *, every: bool = False) -> i
 
 
 def served_entry_after(cl: DLedgerCommitLog, offset: int) -> int | None:
-    """The first entry after ``offset`` whose record the broker serves: the next readable entry in that file (``readable_entry``),
-    or None. ``DLedgerCommitLog.getMessage`` reads by offset, so ``index/`` has no say (reference §15.4)."""
+    """The first entry after ``offset`` whose record the broker serves (``readable_entry``; by offset, §15.4), or None."""
     return readable_entry(cl, offset + 1)
 
 
@@ -161,8 +157,7 @@ def _classic_resume(cl: DLedgerCommitLog, end: ScanEnd) -> int | None:
 
 
 def readable_entry(cl: DLedgerCommitLog, offset: int) -> int | None:
-    """The first entry position at or after ``offset`` in its data file where the entry header describes itself or the record
-    inside does (``resync.resume_after``, with and without ``entries``: the header alone broken), or None."""
+    """The first entry at or after ``offset`` in its file whose header or record describes itself, or None."""
     from .resync import resume_after
 
     seg = cl.segments[cl.segment_index(offset)]
@@ -190,8 +185,7 @@ def record_in_broken_entry(cl: DLedgerCommitLog, end: ScanEnd, resume: int) -> i
 
 
 def loose_walk(cl, end: ScanEnd, resume: int, **options):
-    """The ``FastScan`` (with ``options``) of the record inside a header-broken entry (``record_in_broken_entry``), in a view of
-    its file alone; None in a classic log or without such a record. What the broker serves of that entry."""
+    """The ``FastScan`` of the served record inside a header-broken entry in its file alone, or None."""
     at = record_in_broken_entry(cl, end, resume) if isinstance(cl, DLedgerCommitLog) else None
     if at is None:
         return None
@@ -259,8 +253,7 @@ def _start_file(cl: DLedgerCommitLog, dl: DataRecovery) -> str:
 
 @dataclass(frozen=True)
 class FirstLoadBlank:
-    """The end-of-file blank a DLedger broker writes on its first load of a classic commit log (rules §8.4, reference §15.5): at
-    the last file's wrote ``position`` after the classic recovery, unless already a blank there (``present``)."""
+    """The blank a DLedger broker writes on its first load of a classic log (rules §8.4, §15.5), unless ``present``."""
 
     path: Path
     base_offset: int

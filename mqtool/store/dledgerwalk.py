@@ -1,5 +1,4 @@
-"""The walk of DLedger data files (reference §15.2, §15.4): ``walk_entries`` checks each entry as ``DLedgerMmapFileStore.recover``
-and the record inside as ``walk_segment``, with its rows, so ``FastScan`` reads DLedger data unchanged."""
+"""The walk of DLedger data files (reference §15.2, §15.4) as ``recover`` checks them, with ``walk_segment``'s rows."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ ENTRY_REASONS = {
 
 
 class EntryWalker:
-    """``FastScan``'s walk for a DLedger commit log: ``walk_entries`` with the index/term state carried from file to file; a
-    segment below ``divided_offset`` (the classic commit log of a mixed store, §15.5) is walked as records."""
+    """``FastScan``'s walk of a DLedger log: ``walk_entries`` carrying index and term, classic segments as records (§15.5)."""
 
     def __init__(self, divided_offset: int = 0):
         self.divided_offset = divided_offset

@@ -15,8 +15,7 @@ NO_EFFECT = {"writes_confirm_offset"}
 
 
 def relevant_rules(store: Store) -> list[str]:
-    """The planning rules that can change this store's plan: the recovery mode's own, the wrong-length rules where a file is
-    (§2.13), the empty-log rule without files (§2.5), the LMQ rule where the broker multi-dispatches (§3.12)."""
+    """The planning rules that can change this store's plan (rules §2.5, §2.13, §3.12, the recovery mode's own)."""
     skip = NO_EFFECT | (NORMAL_ONLY if store.abort_present else ABNORMAL_ONLY)  # a new set: the tables stay as they are
     if not store.multi_dispatch:
         skip |= {"lmq_rule"}

@@ -164,8 +164,7 @@ class ReadWindow:
         return self.array, pos
 
     def cut_short(self, array: np.ndarray, at: int, code: int, before_stop: bool) -> bool:
-        """Whether a walk of the window ``array`` ended at ``at`` only because the window ends (more of the segment follows): a
-        record it cuts (``END_TRUNCATED``; ``END_ZEROS`` with under 8 bytes left) or its end before the walk's stop."""
+        """Whether a walk of the window ended at ``at`` only because the window ends (a record cut, or its end before stop)."""
         if array is not self.array or self.origin + array.shape[0] >= self.file_size:
             return False
         return code == END_TRUNCATED or (code == END_ZEROS and array.shape[0] - at < 8) or (code == END_LIMIT and before_stop)

@@ -168,8 +168,7 @@ def _index_name(entry: os.DirEntry) -> int | None:
 
 
 def list_index_files(index_dir: Path) -> list[Path]:
-    """Index files as ``IndexService.load`` (4.x-5.3.3) loads them: ``Long.parseLong`` names in order, any length, up to the first
-    it cannot open (``index_strays``, ``mappedfile.load_effect``); a link it creates through skipped."""
+    """Index files as ``IndexService.load`` (4.x-5.3.3) loads them, up to the first it cannot open (``index_strays``)."""
     try:
         entries = sorted(os.scandir(index_dir), key=lambda e: e.name)
     except (FileNotFoundError, NotADirectoryError):

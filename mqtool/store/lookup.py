@@ -234,8 +234,7 @@ class _QueueFile:
 
 
 def queue_range_and_offset_by_time(store: Store, topic: str, queue_id: int, timestamp: int) -> tuple[QueueRange | None, int]:
-    """``queue_range`` and ``getOffsetInQueueByTime(topic, queueId, timestamp)`` on one recovery of the queue (``(None, 0)``
-    without it); the file chosen by its entries' store times (5.x; 4.x's mtime stood for by the last entry's)."""
+    """``queue_range`` and ``getOffsetInQueueByTime`` on one recovery of the queue (``(None, 0)`` without it)."""
     queue = store.consume_queue(topic, queue_id)
     if not queue.files:
         return None, 0

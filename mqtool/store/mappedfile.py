@@ -128,8 +128,7 @@ def unmounted_text(path: Path) -> str:
 
 @dataclass(frozen=True)
 class StrayEntry:
-    """An entry ``MappedFileQueue.load`` lists that ``offset_named_files`` passes over: ``is_dir``, ``length`` as ``File`` sees
-    them, ``offset`` as ``Long.parseLong`` reads the name (None: it throws; a topic folder's: ``named_by``)."""
+    """An entry ``MappedFileQueue.load`` lists that mqtool does not read: ``is_dir``, ``length``, ``offset`` as Java sees them."""
 
     path: Path
     is_dir: bool
@@ -188,8 +187,7 @@ def created_through(path: Path) -> str | None:
 
 
 def link_creator(path: Path) -> tuple[str, bool]:
-    """(who, whether they can create a file in its target's directory) for the dangling symlink ``path``: the broker taken to run
-    as the store directory's owner, ``os.access`` for mqtool's own user, else the mode bits on a writable mount."""
+    """(who, whether they can create its target) for the dangling symlink ``path``, the broker as the store's owner."""
     owner, folder = os.stat(path.parent.parent), os.path.dirname(os.path.realpath(path))
     who = f"the store's owner (uid {owner.st_uid}, gid {owner.st_gid})"
     if owner.st_uid == os.geteuid():
@@ -215,8 +213,7 @@ LOAD_CONSUME_QUEUE = "DefaultMessageStore.loadConsumeQueue"
 
 
 def load_effect(entry: StrayEntry, file_size: int | None, rules, loader: str = MAPPED_FILE_QUEUE) -> str:
-    """What the broker of ``rules`` does with ``entry`` at load (rules §2.13) in ``MappedFileQueue.load``, DLedger's
-    ``MmapFileList.load``, ``IndexService.load`` (``created_through``) or ``loadConsumeQueue`` (``queue_id_parse_caught``)."""
+    """What the broker of ``rules`` does with ``entry`` at load (rules §2.13) by ``loader``."""
     if loader == LOAD_CONSUME_QUEUE:
         return SKIPPED if rules.queue_id_parse_caught else REFUSED
     if loader == INDEX_SERVICE:
@@ -251,8 +248,7 @@ def stray_after(path: Path, files, strays) -> StrayEntry | None:
 
 
 def wrong_length_files(files, strays, file_size: int | None) -> list[tuple[int, Path, int, bool]]:
-    """``(base, path, size, last)`` of each of ``files`` (``folder_entries``) of another length than ``file_size``, which
-    ``MappedFileQueue.load`` refuses or leaves out (rules §2.13); ``last``: ``last_listed`` beside ``strays``."""
+    """``(base, path, size, last)`` of ``files`` whose length is not ``file_size`` (rules §2.13); ``last``: ``last_listed``."""
     sizes = [(base, path, path.stat().st_size) for base, path in files]
     return [(base, path, size, last_listed(path, files, strays)) for base, path, size in sizes if size != file_size]
 

@@ -201,8 +201,7 @@ def log_refusals(store: Store) -> tuple[str | None, str | None]:
 
 
 def deleted_link(store: Store) -> str | None:
-    """The clause of the first dangling symlink of the commit log, a consume queue or the timer log that 5.1.3+
-    ``MappedFileQueue.load`` deletes as a zero-length last entry (rules §2.13), its data then lost, and how many more; or None."""
+    """The first dangling symlink 5.1.3+ ``MappedFileQueue.load`` deletes (rules §2.13), and how many more; or None."""
     from .timer import timer_eras
 
     eras = store.version_guess.eras
@@ -265,8 +264,7 @@ def dropped_after(store: Store, offset: int, rules: VersionRules) -> int:
 
 
 def only_zeros_after(commitlog: CommitLog, offset: int) -> bool:
-    """True when every byte from ``offset`` to the end of the last segment is zero. Read with ``pread`` (a pre-allocated segment's
-    zeros would otherwise all become resident pages of a map), holes of a sparse file skipped with ``SEEK_DATA``."""
+    """Whether every byte from ``offset`` to the log's end is zero, read by ``pread`` (no resident pages), holes skipped."""
     for _, seg, pos in commitlog.segments_from(offset):
         fd = open_read_only(seg.path)
         try:
@@ -439,8 +437,7 @@ def later_refusal(store: Store, queue_fix: str = RECOVER_FIXES, committed: bool 
 
 
 def committed_refusal(store: Store) -> str | None:
-    """Why the broker refuses to start on DLedger's ``committedIndex`` (``dledgerstart.committed_read_failure``), naming the
-    releases, or None: ``updateCommittedIndex`` throws after ``DLedgerMmapFileStore.recover`` (@4.5.1, 4.9.2)."""
+    """Why the broker refuses to start on DLedger's ``committedIndex`` (``committed_read_failure``; @4.5.1, 4.9.2), or None."""
     if not store.recovers_dledger_data:
         return None
     from .dledgerstart import committed_read_failure, data_recovery
@@ -456,8 +453,7 @@ def committed_refusal(store: Store) -> str | None:
 
 
 def refusal_after_recovery(store: Store) -> tuple[str, str, str] | None:
-    """(why after the recovery, the refusal, what lifts it) of a refusal met after ``DefaultMessageStore.load``'s recovery, or
-    None: an unmappable ``index/`` entry (5.1.0+), ``timer_refusal``, ``timermetrics``, ``delayOffset.json`` (4.9.2+)."""
+    """(why after, refusal, what lifts it) of a refusal met after ``DefaultMessageStore.load``'s recovery, or None."""
     from .timer import timer_eras
 
     if (why := first_stray_refusal(store, store.index_strays, INDEX_SERVICE)) is not None:
@@ -508,8 +504,7 @@ def timer_refusal(store: Store) -> str | None:
 
 
 def wrong_length_refusal(store: Store, wrong_lengths, file_size: int | None, files, strays, eras=None) -> str | None:
-    """Why the broker refuses to start on the first of ``wrong_lengths`` (``mappedfile.wrong_length_files`` of a folder
-    listed as ``files``, ``strays``) some era of ``eras`` (the store's by default) refuses (``refused_by``), or None."""
+    """Why the broker refuses to start on the first of ``wrong_lengths`` some era of ``eras`` refuses, or None."""
     for _, path, size, last in wrong_lengths:
         who = refused_by(store, size == 0 and last, eras)
         if who is not None:

@@ -85,8 +85,7 @@ def consumer_offsets(store: Store, groups: set[str] | None = None, cache: dict |
 
 
 def delay_offsets(store: Store, cache: dict | None = None) -> tuple[ConfigDocument, list[dict[str, Any]]]:
-    """Schedule progress per delay level, with the offset the broker uses after loading (``loaded_offset``: clamped from 4.9.2,
-    ``correctDelayOffset``, rules §2.16); a level without a queue file is placed against an empty queue."""
+    """Schedule progress per delay level, with the offset loaded (``correctDelayOffset`` from 4.9.2, rules §2.16)."""
     loaded = store.load_config("delayOffset.json")
     cache = {} if cache is None else cache
     rows = []

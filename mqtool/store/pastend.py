@@ -31,8 +31,7 @@ class LostScan:
 
 
 def records_after(commitlog: CommitLog, cut: int, *, limit: int, legacy: bool, accept_v2: bool, newest_kept: int | None = None, describe: Callable | None = None) -> LostScan:
-    """Records from ``cut`` to the end of the last segment, the first ``limit`` described (``describe``); one stored before
-    ``newest_kept`` is counted ``stale``, a leftover of an earlier cut (§8.9; ``CommitLogCheck._is_stale``)."""
+    """Records from ``cut`` to the log's end, ``limit`` described; those older than ``newest_kept`` counted ``stale`` (§8.9)."""
     result = LostScan()
     out = np.empty((1 << 14, N_COLS), dtype=np.int64)
     for _, seg, start in commitlog.segments_from(cut):

@@ -1,5 +1,4 @@
-"""What the broker's next start re-dispatches into the consume queues and the index by itself, and from where (reference §8.4,
-rules §2.3, §2.11, §8.4): the store model's answer, which verify's checks, the timer resume and the plans share."""
+"""What the next start re-dispatches into the queues and index by itself, and from where (§8.4, rules §2.3, §2.11)."""
 
 from __future__ import annotations
 
@@ -8,8 +7,7 @@ from .store import Store
 
 
 def abnormal_recovery_start(store: Store) -> tuple[int, str, int]:
-    """(offset, why, checkpoint time bound) of the abnormal recovery the abort file announces (``store.nextstart.start_of``,
-    §8.4); with DLedger data, where ``DLedgerCommitLog``'s recovery scans from (``dledgerstart.dledger_start``)."""
+    """(offset, why, time bound) of the abnormal recovery the abort file announces (§8.4; DLedger: ``dledger_start``)."""
     from .nextstart import start_of
 
     bound, _ = abnormal_bound(store)
@@ -22,8 +20,7 @@ def abnormal_recovery_start(store: Store) -> tuple[int, str, int]:
 
 
 def redispatch_start(store: Store) -> tuple[int | None, str]:
-    """Where the next start re-dispatches into the queues and index, and why (None: it does not): a dispatching recovery,
-    4.5.0-4.9.8's reput (rules §2.11), or with DLedger data 5.2.0+'s abnormal recovery or 5.x's reput (rules §8.4)."""
+    """Where the next start re-dispatches into the queues and index, and why (rules §2.11, §8.4); None: it does not."""
     from .rules import VersionRules
 
     version, dledger = store.version, store.recovers_dledger_data
@@ -56,8 +53,7 @@ def redispatch_start(store: Store) -> tuple[int | None, str]:
 
 
 def dispatching_recovery(store: Store) -> str | None:
-    """The next start's recovery that dispatches inside ``DefaultMessageStore.load``: "abnormal", 5.3.2+'s "normal" (rules §2.3;
-    ``startfile.log_recovery_mode``), or None; with DLedger data 5.2.0+'s abnormal one alone (rules §8.4)."""
+    """The next start's dispatching recovery: "abnormal", 5.3.2+'s "normal" (rules §2.3, §8.4), or None."""
     if store.recovers_dledger_data:
         return "abnormal" if store.abort_present and store.rules.dledger_abnormal_redispatch else None
     mode = log_recovery_mode(store, store.rules)

@@ -37,8 +37,7 @@ def scan_start(commitlog: CommitLog, offset: int) -> int:
 
 
 def resume_after(commitlog: CommitLog, offset: int, chain: int = RESYNC_CHAIN, *, entries: bool = True) -> int | None:
-    """The first position at or after ``offset`` where the log can be resumed, here or later, or None; in a DLedger data file the
-    record of the first self-describing entry (``entries``, §15.2), else the first self-describing record."""
+    """The first position at or after ``offset`` where the log can be resumed (``entries``: DLedger entries, §15.2), or None."""
     entry_file = getattr(commitlog, "is_entry_file", lambda seg: False)
     for _, seg, pos in commitlog.segments_from(offset):
         with MappedFile(seg.path, seg.base_offset) as mf:

@@ -1,5 +1,4 @@
-"""The broker's store rules by version: the eras of ``rocketmq-rules-by-version.md`` (E0 = 3.2.6 ... E18; E15 split by §3.12) in
-release order (``ERAS``); ``VersionRules`` properties name their row (§) and the broker method they mirror."""
+"""The broker's store rules by version: the eras of ``rocketmq-rules-by-version.md`` and ``VersionRules``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Per-segment commit log analysis on the compiled walk (processes with ``--jobs``): ``analyze_segment``'s ``SegmentReport`` of
-runs (CRC, PHYSICALOFFSET §2.1, ``__CRC32#`` §2.10), gaps and the blank (§2.6), stitched by ``verify``."""
+"""Per-segment commit log analysis on the compiled walk (``analyze_segment``: runs, gaps, blank; §2.1, §2.6, §2.10)."""
 
 from __future__ import annotations
 

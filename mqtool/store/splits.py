@@ -1,5 +1,4 @@
-"""Byte-range splits of commit log segments for parallel scans, each owning the records that start in it (reference §2.6, §8.9),
-and the check that keeps them the log ``mqtool dump`` reads (``check_handoffs``, ``check_splits``)."""
+"""Byte-range splits of commit log segments for parallel scans (reference §2.6, §8.9), checked against ``mqtool dump``."""
 
 from __future__ import annotations
 
@@ -127,8 +126,7 @@ def plan_splits(segments: Iterable[Segment], split_size: int | None = None, resu
 
 def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: int | None = None, *, entries: bool = False,
                      records_from: int = 0) -> int | None:
-    """Where a split of ``[start, stop)`` resumes, or None: ``records_from``, else ``fastscan.find_record_start`` (the one
-    resynchronisation; ``entries``: DLedger entry headers), skipping a sparse file's holes when ``fd`` is the file's."""
+    """Where a split of ``[start, stop)`` resumes (``fastscan.find_record_start``), or None; ``fd``: holes skipped."""
     if start == records_from:
         return start
     data = fs.first_nonzero(array, start, min(array.shape[0], stop + fs.POS_MAGIC), fd)
@@ -140,8 +138,8 @@ def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: in
 
 
 class SplitScan:
-    """The compiled walk over one split (``WINDOW`` bytes mapped at a time, CRCs not stopping it) to where a scan of the segment
-    would end, past what ``Split.resume`` skips (``skipped``); then ``first``, ``exit``, ``records``, ``end``."""
+    """The compiled walk over one split to where a scan of the segment would end; then ``first``, ``exit``, ``records``,
+    ``end``."""
 
     def __init__(self, split: Split, *, check_crc: bool = True, window: int = WINDOW, batch: int = 1 << 15):
         self.split, self.check_crc, self.window, self.batch = split, check_crc, window, batch
@@ -357,8 +355,7 @@ def cut_logs(results: Iterable[SplitResult], splits: dict[tuple[Hashable, int], 
 
 
 def _read_past(key: Hashable, split: Split, stop: ScanEnd) -> tuple[list[Damage], ScanEnd]:
-    """From damage ``stop`` ending a segment's chain, the ranges read past inside the segment one at a time as ``mqtool dump``
-    does (``Split.resume``), up to the damage the read stops at or goes on past: ``(ranges, that damage)``."""
+    """The ranges read past one at a time after damage ``stop`` in a segment, and the damage the read stops at."""
     steps = []
     while (resumed := split.resume(stop)) is not None and resumed < split.base_offset + split.size:
         following = split.end_at(resumed)

@@ -79,8 +79,7 @@ def log_recovery_mode(store: Store, rules: VersionRules, mode: str | None = None
 
 def recovery_start(store: Store, rules: VersionRules, *, mode: str | None = None, index_safe: bool | None = None,
                    max_cq_phys_offset: int | None = None, segments: list | None = None) -> ScanStart:
-    """Where ``DefaultMessageStore.recover`` scans from (abnormal with the abort file, else normal); ``mode``, ``index_safe``, the
-    consume queues' max physical offset and ``segments`` default to the store's and may be given by a planner."""
+    """Where ``DefaultMessageStore.recover`` scans from; ``mode``, ``index_safe``, queue max and ``segments`` overridable."""
     cl, segments = store.commitlog, store.commitlog.segments if segments is None else segments
     if not segments:
         return ScanStart(0, 0, "no commit log segment")

@@ -458,8 +458,7 @@ class Store:
 
     @cached_property
     def multi_dispatch_on(self) -> bool:
-        """Whether the broker is known to have had ``enableMultiDispatch`` on (off by default in ``MessageStoreConfig``):
-        ``--broker-config`` says so, or, without one, the store has ``%LMQ%`` queues, which only that feature writes."""
+        """Whether ``enableMultiDispatch`` is known on: ``--broker-config`` says so, or the store has ``%LMQ%`` queues."""
         if self.config.enable_multi_dispatch is not None:
             return self.config.enable_multi_dispatch
         cq = self.path("consumequeue") if self.root is not None else None

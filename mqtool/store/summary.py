@@ -86,8 +86,7 @@ def compiled_end(store: Store, start: int, workers: int | None = None, stop: int
 
 
 def walk_splits(commitlog, begin: int, until: int) -> list[int]:
-    """Where ``compiled_end`` cuts ``[begin, until)`` of one segment into walks of about ``WALK_SPLIT_BYTES``: the record start
-    ``find_record_start`` finds after each cut (a guess, kept only where the walk before stops exactly there)."""
+    """Where ``compiled_end`` cuts a segment's ``[begin, until)`` into walks: the record starts found after each cut."""
     pieces = -(-(until - begin) // WALK_SPLIT_BYTES)
     if pieces < 2:
         return []

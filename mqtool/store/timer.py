@@ -1,5 +1,4 @@
-"""The 5.x timer store, read-only (reference §9): ``timerlog/``, ``timerwheel``, ``config/timercheck``; ``TimerLog.walk`` reads as
-``recoverAndRevise``, ``TimerLogListing`` is what its ``MappedFileQueue.load`` lists (5.0.0-5.3.3)."""
+"""The 5.x timer store, read-only (reference §9): ``timerlog/``, ``timerwheel``, ``config/timercheck``."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ class TimerLog:
     end: TimerLogEnd | None = None
 
     def walk(self) -> Iterator[fmt.TimerLogUnit]:
-        """Every unit up to the end of the log; afterwards ``end`` says where and why it stopped: at the last file's end, after
-        its last unit (``recoverAndRevise`` stops at its blank or at a unit the file's end cuts, padded with zeros)."""
+        """Every unit to the log's end, then ``end``: where ``recoverAndRevise`` stops (a blank, a cut unit)."""
         expected = end = self.files[0][0] if self.files else 0
         for base, path in self.files:
             if base != expected:
