@@ -44,8 +44,7 @@ def reporter(stage: str, start: int, stop: int) -> Callable[[int], None] | None:
 
 
 def reached_by(batches: Iterable, stage: str, start: int, end: Callable[[], int]) -> Iterable:
-    """``batches`` of records (``offsets``, ``sizes``), the offset each reaches told to listeners (``end()`` asked at the end);
-    unchanged when nobody listens; closing it closes ``batches``."""
+    """``batches`` of records, the offset each reaches told to listeners (``end()`` at the end); closing it closes them."""
     reached = reporter(stage, start, end()) if _listener is not None else None
     return batches if reached is None else _reporting(batches, reached)
 

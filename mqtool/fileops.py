@@ -1,5 +1,4 @@
-"""Durable file operations for ``mqtool.apply``, every change on disk before the journal says so: temporary file, fsync, rename
-(``install``); ranges in place, fsync; sparse copies, hard links; the store file's owner and mode (``owner_for``)."""
+"""Durable file operations for ``mqtool.apply``: every change on disk before the journal says so."""
 
 from __future__ import annotations
 

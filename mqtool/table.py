@@ -1,5 +1,4 @@
-"""Tables that never lie, fit to the terminal without cutting a number or an id (issue #11 §3): wrapped at spaces, optional
-columns dropped (said on stderr), ``fold`` columns broken, else vertical records (``psql \\x``); widths in terminal cells."""
+"""Tables that never lie, fit to the terminal without cutting a number or an id (issue #11 §3)."""
 
 from __future__ import annotations
 
@@ -122,8 +121,7 @@ class Layout:
 
 
 class Table:
-    """A title, columns and rows of strings; ``optional``: columns that may be dropped, least important first; ``fold``: whose
-    long words may be broken; ``header=False``: a key/value table."""
+    """A title, columns and rows of strings; ``optional`` (droppable, least important first), ``fold``, ``header``."""
 
     def __init__(self, columns: Sequence[str], *, title: str | None = None, optional: Sequence[str] = (), fold: Sequence[str] = (), header: bool = True):
         self.names = list(columns)

@@ -1,5 +1,4 @@
-"""Input paths resolved to brokers, their segments and how they decode: every row names its ``broker`` (``--broker-name``, else
-the store directory's name); two files holding the same segment of one broker are refused. Imports neither pyspark nor pyarrow."""
+"""Input paths resolved to brokers and their segments; imports neither pyspark nor pyarrow."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The Spark job behind ``spark/mqtool_scan.py`` (docs/spark.md): every mode reads the ``rocketmq`` data source and runs the split
-check (``mqtool.store.splits.check_splits``) on what the scan reported; spark-submit's ``--master`` decides the master."""
+"""The Spark job behind ``spark/mqtool_scan.py`` (docs/spark.md), checked by ``splits.check_splits``."""
 
 from __future__ import annotations
 
@@ -323,8 +322,7 @@ def run_messages(scan: Scan, out: Output) -> dict:
 
 
 def run_messages_in_tasks(scan: Scan, out: Output) -> dict:
-    """``messages`` as Parquet files the tasks write to staging; the driver checks the splits and moves the passing ones into
-    place, then ``_SUCCESS``, so failed or speculative attempts leave nothing; an empty output gets one file with the schema."""
+    """``messages`` written by the tasks to staging, the passing splits' files moved into place, then ``_SUCCESS``."""
     target = out.fresh_dir("messages")
     staging = target / "_temporary"
     staging.mkdir()

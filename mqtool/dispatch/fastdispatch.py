@@ -1,5 +1,4 @@
-"""The compiled half of dispatch (``_fastdispatch.pyx``): per record fixed fields, properties (§2.8), tags code (§3.4, §3.5) and
-key hashes (§6.4-§6.5); ``FLAG_FALLBACK`` for what ``formats.dispatch.dispatch_request`` must decide (tests hold them equal)."""
+"""The compiled half of dispatch (``_fastdispatch.pyx``, §2.8, §3.4, §6.4); ``FLAG_FALLBACK`` rows in Python."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The broker's placement rules, compiled (``_placement.pyx``): a consume queue unit's place (``putMessagePositionInfo``,
-reference §5.10) and a key's index slot and entry (``IndexFile.putKey``, §6.5-§6.6), for the planner and ``apply/writers.py``."""
+"""The broker's placement rules, compiled (``_placement.pyx``; reference §5.10, §6.5-§6.6)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""A dispatch batch's NOT_TYPE/COMMIT rows grouped by ``(topic, QUEUEID)`` once (``group_queues``, reference §3.2): the columns
-``putMessagePositionInfo`` reads, counts, the index mask (§6.5) and ``dest``, so an apply regroups while unpacking a spill."""
+"""A dispatch batch's consume queue rows grouped by queue once (``group_queues``, reference §3.2, §6.5)."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ from ._queuegroups import CQ_COLUMNS, N_STATS, S_GROUPS, S_LAST_QUEUED, S_MULTI,
 
 
 class QueueGroups(NamedTuple):
-    """Group ``g``: queue ``keys[g]`` (``topic id << 32 | queue id``), rows ``columns[:, starts[g]:starts[g + 1]]`` in log
-    order."""
+    """Group ``g``: queue ``keys[g]`` (``topic id << 32 | queue id``), rows ``columns[:, starts[g]:starts[g + 1]]``."""
 
     keys: np.ndarray  # int64 (groups,)
     starts: np.ndarray  # int64 (groups + 1,)

@@ -1,5 +1,4 @@
-"""Dispatch a range of the commit log a segment batch at a time (reference §3.2-§3.5, §6.5): ``recovery`` (§8.3: CRC, first
-invalid record ends it), ``reput`` (``doReput``, §8.12) or ``served`` (resuming as ``CommitLog.resume_after_damage``)."""
+"""Dispatch a range of the commit log a segment batch at a time (reference §3.2-§3.5, §6.5, §8.3, §8.12)."""
 
 from __future__ import annotations
 
@@ -267,8 +266,7 @@ class DispatchScanner:
         return index is not None and last is not None and index < last
 
     def _produce_ahead(self) -> Iterator[DispatchBatch]:
-        """The batches in order while the next segment is dispatched ahead (``_Ahead``), kept where the chain crosses (§2,
-        §8.3)."""
+        """The batches in order while the next segment is dispatched ahead (``_Ahead``), kept where the chain crosses."""
         pos, last = self.start, self._last_segment()
         while True:
             crossed, end = yield from self._ahead_run(pos, last)
@@ -412,8 +410,7 @@ AHEAD_MIN_SEGMENT = 64 << 20  # smaller segments are dispatched in turn: a threa
 
 
 class BatchSpill:
-    """Dispatch batches packed (``spillrows``) into a working file (``scratch_file``: made on first use, never fsynced). Each
-    batch written is named by its entry ``(file, offset, rows, keys, queue groups)``, which ``read_spilled`` reads back."""
+    """Dispatch batches packed (``spillrows``) into a working file, each named by its entry for ``read_spilled``."""
 
     def __init__(self) -> None:
         self.file = None
@@ -588,8 +585,7 @@ class MultiDispatch(NamedTuple):
 
 
 def consume_queue_entries(batch: DispatchBatch, names: list[str], multi: MultiDispatch | None = None) -> Iterator[tuple[str, int, tuple[np.ndarray, ...]]]:
-    """Every consume queue entry of the batch per queue, ``(topic, queue id, (queue offsets, phys, sizes, tags))``, then with
-    ``multi`` the LMQ ones (reference §3.6); ``DispatchThrows`` where the broker's dispatch throws."""
+    """Every consume queue entry of the batch per queue, then the LMQ ones (§3.6); ``DispatchThrows`` where it throws."""
     if len(batch) == 0:
         return
     if multi is not None and multi.no_properties_npe is not False:

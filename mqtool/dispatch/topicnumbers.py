@@ -1,5 +1,4 @@
-"""Topic ids of dispatched records over a whole walk (reference §3.2, §6.4): ``TopicNumbers`` keeps every raw topic seen in a hash
-table; ``dispatch_rows`` looks topics up in ``known`` (read-only, any thread), ``number`` numbers the rest in walk order."""
+"""Topic ids of dispatched records over a whole walk (reference §3.2, §6.4)."""
 
 from __future__ import annotations
 

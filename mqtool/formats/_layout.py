@@ -72,8 +72,7 @@ def _field_code(subcon: construct.Construct, context: Mapping[str, Any]) -> str 
 
 
 def derive_fixed(schema: construct.Struct, context: Mapping[str, Any] | None = None, *, stop_at: str | None = None) -> FixedLayout:
-    """The leading fixed-width block of ``schema``: fields up to one whose width depends on earlier data (or ``stop_at``), each a
-    big-endian ``FormatField``, fixed ``Bytes`` or ``Padding``, possibly behind ``IfThenElse`` branches ``context`` decides."""
+    """The leading fixed-width block of ``schema`` (up to ``stop_at``), ``IfThenElse`` branches decided by ``context``."""
     context = dict(context or {})
     fields = []
     for sc in schema.subcons:

@@ -1,5 +1,4 @@
-"""Commit log records (reference §2, §3.1) as ``MessageExtEncoder`` writes and ``checkMessageAndReturnSize`` reads them
-(4.0.0-5.3.3): ``decode_record``, the one decoder, and ``encode_message``, on ``struct`` layouts derived from the declarations."""
+"""Commit log records (reference §2, §3.1): ``decode_record``, the one decoder, and ``encode_message``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Consume queue units (reference §5): the 20-byte ``ConsumeQueueEntryStruct`` (``CQ_STORE_UNIT_SIZE``; files named by queue
-offset x 20), ``ConsumeQueueExtUnitStruct`` (``consumequeue_ext/``) and the 46-byte ``BatchConsumeQueueUnitStruct`` (5.0.0+)."""
+"""Consume queue, ConsumeQueueExt and BatchConsumeQueue units (reference §5)."""
 
 from __future__ import annotations
 

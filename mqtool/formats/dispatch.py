@@ -1,5 +1,4 @@
-"""What the broker derives from a record when it dispatches it (reference §3.2-§3.5, §6.5): ``DispatchRequest``; queue entries for
-NOT_TYPE and COMMIT; the index for all but ROLLBACK (3.2.6: ``INDEX_KEYS_ONLY``, rules §4.2)."""
+"""What the broker derives from a record when it dispatches it (reference §3.2-§3.5, §6.5; rules §4.2)."""
 
 from __future__ import annotations
 
@@ -158,8 +157,7 @@ UNDECIDED_MULTI_DISPATCH = ("enableMultiDispatch is on", "--broker-config")
 
 
 class DispatchThrows(ValueError):
-    """A record whose queue dispatch throws (rules §3.12): the load fails, the reput retries forever. ``why``, ``offset``,
-    ``wrote`` (before the throw), ``undecided`` (``(condition, option)`` where the store does not tell)."""
+    """A record whose queue dispatch throws (rules §3.12): the load fails, the reput retries forever."""
 
     def __init__(self, why: str, wrote: str, offset: int | None = None, undecided: tuple[str, str] | None = None):
         super().__init__(why)
@@ -203,8 +201,7 @@ class NoPropertiesThrows(DispatchThrows):
 
 
 def multi_dispatch_targets(topic: str, queue_id: int, properties: Mapping[str, str], *, rule: int) -> list[tuple[str, int, int]]:
-    """The LMQ entries ``(queue name, queue id, queue offset)`` of an ``INNER_MULTI_DISPATCH`` record (``multiDispatchLmqQueue``,
-    reference §3.6; ``rule``: ``LMQ_SKIP_*``); ``LmqOffsetThrows`` where ``Long.parseLong`` throws."""
+    """The LMQ entries of an ``INNER_MULTI_DISPATCH`` record (``multiDispatchLmqQueue``, reference §3.6)."""
     queues, offsets = properties.get("INNER_MULTI_DISPATCH", ""), properties.get("INNER_MULTI_QUEUE_OFFSET", "")
     names, values = java_split(queues, MULTI_DISPATCH_SEPARATOR), java_split(offsets, MULTI_DISPATCH_SEPARATOR)
     if (rule == NO_MULTI_DISPATCH or not queues.strip() or not offsets.strip() or len(names) != len(values)

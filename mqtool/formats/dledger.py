@@ -1,5 +1,4 @@
-"""DLedger commit log files (reference §15): the 48-byte entry header (``DLedgerEntryCoder``; its body one record at ``pos + 48``;
-a blank of magic -1 ends a file), the 32-byte index unit, and ``checkpoint``/``currterm`` text."""
+"""DLedger commit log files (reference §15): the 48-byte entry header, the 32-byte index unit, checkpoint text."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Index files ``index/<yyyyMMddHHmmssSSS>`` (reference §6; 4.0.0-5.3.3): a 40-byte header, int32 slots, 20-byte entries chained
-by ``prev_index`` (entry 0 unused). ``IndexWriter`` reproduces ``IndexFile.putKey`` so rebuilt files are the broker's."""
+"""Index files ``index/<yyyyMMddHHmmssSSS>`` (reference §6); ``IndexWriter`` writes as ``IndexFile.putKey``."""
 
 from __future__ import annotations
 

@@ -22,8 +22,7 @@ __getattr__ = declared_on_use(__name__, _declare, ("LockFileStruct", "AbortFileS
 
 
 class AbortMarker(NamedTuple):
-    """The abort file's content: empty (4.x) or the PID of the broker that wrote it (5.x); ``directory``: a directory
-    named ``abort``, ``special``: a FIFO or socket (``store.abort_unwritable``), which ``File.exists()`` finds as well (rules 6.3)."""
+    """The abort file's content (4.x empty, 5.x a PID); ``directory``, ``special``: no file (rules 6.3)."""
 
     content: bytes
     directory: bool = False

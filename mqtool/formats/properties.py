@@ -1,5 +1,4 @@
-"""Message properties, ``name \\x01 value \\x02`` pairs in UTF-8 (reference §2.8, §2.9): 4.9.1-4.9.x writers omit the final
-separator (4.9.7 fixtures); 4.9.1+ readers keep a value containing ``\\x01``, older ones drop it; both drop empty values."""
+"""Message properties: ``name \\x01 value \\x02`` pairs in UTF-8 (reference §2.8, §2.9), per version."""
 
 from __future__ import annotations
 

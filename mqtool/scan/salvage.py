@@ -212,8 +212,7 @@ class SalvageScan:
         return run.end
 
     def _read(self, stretch: Stretch, walk: FastScan | None = None) -> Iterator[pa.RecordBatch]:
-        """The stretch's records by ``read_batches`` (``walk``: given), bad CRCs skipped, header-broken entries by
-        ``loose_walk``."""
+        """The stretch's records by ``read_batches`` (``walk``: given), bad CRCs skipped, broken entries by ``loose_walk``."""
         start, cl = stretch.start, self.store.commitlog
         if walk is None and self._entry_file(cl.segment_index(start)):  # the entry at ``start - 48`` may be broken
             walk = loose_walk(cl, ScanEnd(start - ENTRY_HEADER_SIZE, StopReason.CORRUPT), stretch.stop)

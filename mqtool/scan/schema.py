@@ -1,5 +1,4 @@
-"""The ``rocketmq`` data source's columns as a Spark DDL string and the equal Arrow schema, from one table (Spark passes Arrow
-through only on an exact match): ``stats`` and ``messages`` (``mqtool dump``'s fields and more). Imports pyarrow, not pyspark."""
+"""The ``rocketmq`` data source's columns as a Spark DDL string and the equal Arrow schema; no pyspark."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Messages aggregated per topic, queue and period of store time for ``mqtool stats`` and Spark (``accumulate``, ``aggregate``,
-``merge``; ``collect``: the recovery scan, reference §8.3), with a log-bucketed delay histogram."""
+"""Messages aggregated per topic, queue and period of store time for ``mqtool stats`` and Spark (reference §8.3)."""
 
 from __future__ import annotations
 

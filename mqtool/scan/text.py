@@ -1,5 +1,4 @@
-"""Message batches as ``mqtool dump`` text (JSON Lines, a JSON array's items, CSV rows) as bytes equal to what ``cli/output.py``
-writes for the same rows as dicts (tests hold them equal), written row by row by one compiled kernel (``_text.pyx``)."""
+"""Message batches as ``mqtool dump``'s text, bytes equal to ``cli/output.py``'s, by one kernel (``_text.pyx``)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Timer messages and their fate (reference §9, §2.13): each timer log unit joined with the record it names and its re-put copy:
-``delivered``, ``lost`` (apache/rocketmq#10668), ``cancelled``, ``rolled`` or ``pending``."""
+"""Timer messages and their fate (reference §9, §2.13): each timer log unit joined with its record and re-put copy."""
 
 from __future__ import annotations
 
@@ -35,8 +34,7 @@ STATES = ("pending", "delivered", "rolled", "cancelled", "lost")
 
 @dataclass
 class TimerReport:
-    """The rows (one per unit, in log order), where the log and the commit log end, and from the same walk ``queued`` (timer queue
-    0 records) and ``deliveries`` ((offset, topic) of the records carrying a unit's or a queued record's identity)."""
+    """The units' rows, where the logs end, and from the same walk the ``queued`` records and ``deliveries``."""
 
     rows: list[dict]
     log_end: TimerLogEnd

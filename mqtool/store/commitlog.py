@@ -190,8 +190,7 @@ class CommitLog:
         return self.segments[-1].end_offset if self.segments else 0
 
     def end_of_writes(self, stop: int | None = None) -> int:
-        """Where the written bytes end up to ``stop`` (a progress total): past pre-allocated segments, at the last one's first
-        hole."""
+        """Where the written bytes end up to ``stop`` (a progress total): at the last written segment's first hole."""
         end = self.end_of_files
         for seg in reversed(self.segments):
             try:

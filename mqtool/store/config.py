@@ -1,5 +1,4 @@
-"""Store configuration: the broker.conf settings that decide how files decode (``None``: inferred from the files). Keys are
-``MessageStoreConfig``'s; sizes accept ``mapedFileSize*`` (up to 4.5.1) and ``mappedFileSize*`` (4.5.2+), reference §1.3."""
+"""Store configuration: the broker.conf settings that decide how files decode (reference §1.3)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Consume queues: ``consumequeue/<topic>/<queueId>/`` file-queues of 20-byte units (reference §5), and the broker's view of a
-queue after load: its recovered end (``ConsumeQueue.recover``, §5.7) and corrected min offset (``correctMinOffset``, §5.9)."""
+"""Consume queues (reference §5) and the broker's view of a queue after load (§5.7, §5.9)."""
 
 from __future__ import annotations
 
@@ -312,8 +311,7 @@ class QueueDirectory(NamedTuple):
 
     @property
     def read(self) -> bool:
-        """Whether the broker reads the queue here: its ``ConsumeQueue`` reads and writes ``<topic>/<id>`` (the constructor's
-        ``storePath/topic/queueId``) whatever name gave the id, so a directory named otherwise (``01``, ``+1``) is never read."""
+        """Whether the broker reads the queue here: it reads ``<topic>/<id>``, so ``01`` or ``+1`` is never read."""
         return self.path.name == str(self.queue_id)
 
 

@@ -145,8 +145,7 @@ class DLedgerCommitLog(CommitLog):
 
     @cached_property
     def ledger_begin_index(self) -> int:
-        """``ledgerBeginIndex`` after ``recover`` (``reviseLedgerBeginIndex``: the first entry's index, unchecked), read once;
-        ``updateCommittedIndex`` skips a ``committedIndex`` below it (DLedger 0.1-0.3.1.2)."""
+        """``ledgerBeginIndex`` after ``recover`` (``reviseLedgerBeginIndex``), read once (DLedger 0.1-0.3.1.2)."""
         first = self.entry_segments()[0]
         return dfmt.decode_entry_header(self.mapped_at(first.base_offset).buf, 0, first.base_offset).index
 
@@ -165,8 +164,7 @@ class DLedgerCommitLog(CommitLog):
         return None
 
     def units_written_from(self, number: int) -> int:
-        """The first never-written unit of ``index/`` at or after ``number`` (``truncateOffset`` moves only the position,
-        §15.4)."""
+        """The first never-written unit of ``index/`` at or after ``number`` (``truncateOffset`` moves the position, §15.4)."""
         unit = dfmt.INDEX_UNIT_SIZE
         for mf in self._index_files():
             first, count = mf.base_offset // unit, mf.size // unit
@@ -185,8 +183,7 @@ class DLedgerCommitLog(CommitLog):
         return number
 
     def unit_bytes(self, first: int, stop: int) -> bytes:
-        """The index units of entries ``first``..``stop - 1`` as DLedger writes them (``DLedgerEntryCoder.encodeIndex``), from the
-        entry headers in the data files; the walk starts in the newest data file whose first entry is not after ``first``."""
+        """The index units of entries ``first``..``stop - 1`` as DLedger writes them, from the entry headers."""
         start = self.divided_offset
         for seg in self.entry_segments():
             head = dfmt.decode_entry_header(self.mapped_at(seg.base_offset).buf, 0, seg.base_offset)

@@ -200,8 +200,7 @@ KEPT = ("a DLedger broker keeps it (DLedger's recovery checks entry headers only
 
 @dataclass(frozen=True)
 class ServedLog:
-    """A DLedger store's commit log as a split's reader (``store.splits``, Spark) needs it to go on past damage as ``mqtool dump``
-    does: picklable, opened once per process (``commitlog``)."""
+    """A DLedger store's log as a split's reader needs it to read past damage as ``mqtool dump`` does; picklable."""
 
     layout: DLedgerLayout
     classic: tuple[Segment, ...]  # the classic segments of a mixed store (§15.5)
@@ -289,8 +288,7 @@ class FirstLoadBlank:
 
 
 def first_load_blank(store: Store, rules: VersionRules, end: int) -> FirstLoadBlank | None:
-    """The ``FirstLoadBlank`` of a DLedger store without data files (``MixedFirstLoad``) whose classic recovery ends at ``end``;
-    None for any other store, a broker before 4.5.0 or no commit log file (``getLastMappedFile`` is null: nothing is written)."""
+    """The ``FirstLoadBlank`` of a DLedger store without data files, its classic recovery ending at ``end``; else None."""
     cl = store.commitlog
     if not store.is_dledger or store.recovers_dledger_data or not rules.dledger_commitlog or not cl.segments:
         return None

@@ -72,8 +72,7 @@ class IndexFile:
         return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
 
     def chain(self, key: str, begin: int = 0, end: int = LONG_MAX) -> Iterator[tuple[int, int, int]]:
-        """``selectPhyOffset``'s walk of ``key``'s chain: ``(entry, phy offset, time)`` in ``[begin, end]``, collisions
-        included."""
+        """``selectPhyOffset``'s walk of ``key``'s chain: ``(entry, phy offset, time)`` in ``[begin, end]``, collisions too."""
         h = hashing.index_key_hash(key)
         count = self.header.index_count
         number = self.slot(h % self.geometry.hash_slot_num)

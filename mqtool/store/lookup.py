@@ -1,5 +1,4 @@
-"""The broker's own lookups, offline (reference §5, §6): ``query_message`` (``queryMessage``, collisions included, unindexed
-records too, §6.5) and ``queue_range_and_offset_by_time`` (``getOffsetInQueueByTime``, 4.x and 5.x)."""
+"""The broker's own lookups, offline (reference §5, §6): ``query_message``, ``queue_range_and_offset_by_time``."""
 
 from __future__ import annotations
 
@@ -106,8 +105,7 @@ def _after_index(store: Store) -> tuple[int | None, int | None]:
 
 
 def query_message(store: Store, topic: str, key: str, kind: str = KEY, max_hits: int | None = None, begin: int = 0, end: int = LONG_MAX) -> Lookup:
-    """``DefaultMessageStore.queryMessage`` on the files as they are, hits decoded and checked, in offset order (``key_matches``);
-    unindexed records too (``source="unindexed"``), none past the next start's end (``served``)."""
+    """``DefaultMessageStore.queryMessage`` on the files as they are, hits checked, unindexed records too."""
     if max_hits is None:
         max_hits = DEFAULT_MAX_UNIQ if kind == UNIQ_KEY else DEFAULT_MAX_KEY
     legacy = store.legacy_properties

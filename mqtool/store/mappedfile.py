@@ -88,8 +88,7 @@ def _is_offset_named_file(e: os.DirEntry) -> bool:
 
 def folder_entries(directory: Path, read=_is_offset_named_file, entries: list[os.DirEntry] | None = None
                    ) -> tuple[list[tuple[int, Path]], list["StrayEntry"]]:
-    """One listing of a mapped file queue folder: sorted ``(first offset, path)`` of the files mqtool reads (``read``), and the
-    other entries ``File.listFiles`` lists (``StrayEntry``), by name. ``entries``: the folder's, where listed already."""
+    """One listing of a mapped file queue folder: the files mqtool reads (``read``) and the other entries (``StrayEntry``)."""
     from ..formats.dispatch import java_int_or_none
 
     if entries is None:
@@ -179,8 +178,7 @@ class StrayEntry:
 
 
 def created_through(path: Path) -> str | None:
-    """The path ``new RandomAccessFile(file, "rw")`` creates through the dangling symlink ``path`` whose target's directory is
-    there, or None (no such link, a missing directory, or one the broker cannot write in: ``link_creator``; it throws)."""
+    """The path ``RandomAccessFile`` creates through the dangling symlink ``path``, or None (``link_creator``)."""
     real = os.path.realpath(path)
     creates = os.path.islink(path) and not os.path.lexists(real) and os.path.isdir(os.path.dirname(real))
     return real if creates and link_creator(path)[1] else None

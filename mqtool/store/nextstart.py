@@ -1,5 +1,4 @@
-"""What the broker's next start does to the commit log, for ``info``, ``verify``, ``recover``, ``repair`` and ``salvage``: the
-scan from the start segment keeps the log up to the first invalid record (reference §8.3, §8.9), unless it refuses to start."""
+"""What the broker's next start does to the commit log (reference §8.3, §8.9), or why it refuses to start."""
 
 from __future__ import annotations
 

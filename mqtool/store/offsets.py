@@ -1,5 +1,4 @@
-"""Consumer and schedule progress against the queues (reference §1.4, §5.9, §9.3): ``consumerOffset.json``, ``delayOffset.json``
-(clamped from 4.9.2, rules §2.16) and ``timercheck``, each offset placed against its queue's [min, max] (``relation``)."""
+"""Consumer and schedule progress against the queues (reference §1.4, §5.9, §9.3; rules §2.16)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What lies after a cut of the commit log (``records_after``): records the broker discards unread, for ``nextstart`` and
-``recovery.lost``; the walk resumes past invalid bytes at the next self-describing record, other bytes counted, not listed."""
+"""What lies after a cut of the commit log (``records_after``): the records the broker discards unread."""
 
 from __future__ import annotations
 
@@ -55,8 +54,7 @@ def data_extents(path, start: int = 0) -> list[tuple[int, int]]:
 
 
 def _search_from(extents: list[tuple[int, int]], pos: int) -> int | None:
-    """Where a search for a record start at or after ``pos`` begins: in the first data range from ``pos``, a few bytes before it
-    (a record's leading size bytes may be zeros in the hole before), never before ``pos``; None when no data follows."""
+    """Where a record search from ``pos`` begins: a few bytes before the first data from ``pos``, never before it."""
     search = next((max(lo, pos) for lo, hi in extents if hi > pos), None)
     return None if search is None else max(pos, search - (search % 8) - 8)
 

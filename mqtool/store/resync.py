@@ -1,5 +1,4 @@
-"""The one resynchronisation of a scan asked to begin inside a record (``--from-offset``, ``--keep-going``, version detection): at
-the first record (or end-of-file blank) at or after ``offset`` whose chain holds (reference §8.9; compiled, ``_fastscan``)."""
+"""The one resynchronisation of a scan asked to begin inside a record (reference §8.9; ``_fastscan``)."""
 
 from __future__ import annotations
 

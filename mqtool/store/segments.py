@@ -195,8 +195,7 @@ class ChainReader:
 
 
 def analyze_segment(task: SegmentTask, progress=None, chain: ChainReader | None = None, walked: Run | None = None) -> SegmentReport:
-    """Walk one segment into its runs, gaps and blank. ``progress(n)`` gets byte counts; ``chain`` sees the chain run's rows;
-    ``walked``: the chain run's first records checked by another reader (``recover``'s plan), continued from their end."""
+    """Walk one segment into its runs, gaps and blank; ``walked``: its chain's first records, checked by another reader."""
     ticked = 0
 
     def tick(n: int) -> None:

@@ -85,8 +85,7 @@ class Split:
         return commitlog_of([self.segment], self.size).resume_after_damage(end) if self.reads_past(end) else None
 
     def reads_past(self, end: ScanEnd) -> bool:
-        """Whether the read goes on past ``end``: before ``resume_before``, with ``keep_going``, or where DLedger keeps the
-        log."""
+        """Whether the read goes on past ``end``: before ``resume_before``, with ``keep_going``, or where DLedger keeps it."""
         if self.served is not None:
             return self.resume(end) is not None
         return (self.resume_before is not None and end.offset < self.resume_before) or (self.keep_going and not end.is_clean)
@@ -138,8 +137,7 @@ def find_split_start(array: np.ndarray, start: int, stop: int, base: int, fd: in
 
 
 class SplitScan:
-    """The compiled walk over one split to where a scan of the segment would end; then ``first``, ``exit``, ``records``,
-    ``end``."""
+    """The compiled walk over one split to where a scan of its segment would end; then ``first``, ``exit``, ``records``."""
 
     def __init__(self, split: Split, *, check_crc: bool = True, window: int = WINDOW, batch: int = 1 << 15):
         self.split, self.check_crc, self.window, self.batch = split, check_crc, window, batch
@@ -367,8 +365,7 @@ def _read_past(key: Hashable, split: Split, stop: ScanEnd) -> tuple[list[Damage]
 
 
 def _chain_stop(split: Split, chain_end: int | None) -> ScanEnd | None:
-    """Why the chain of ``split``'s segment stops at ``chain_end`` when that is damage or zeros (worded by the record decoder,
-    ``Split.end_at``); None when its records end at the segment's end-of-file blank, its last byte or a requested limit."""
+    """Why ``split``'s segment chain stops at ``chain_end`` (``Split.end_at``); None at its blank, end or a limit."""
     chain_end = split.chain_start if chain_end is None else chain_end
     if chain_end >= split.base_offset + split.size:
         return None

@@ -1,5 +1,4 @@
-"""Where the broker's commit log recovery starts (reference §8.4, §8.5): abnormal, the newest segment passing
-``isMappedFileMatchedRecover``; normal, the third-from-last or 5.3.2+ by the queues' max offset."""
+"""Where the broker's commit log recovery starts scanning (reference §8.4, §8.5), abnormal or normal."""
 
 from __future__ import annotations
 

@@ -114,8 +114,7 @@ def stray_refused_why(entry: StrayEntry, file_size: int | None, loader: str = MA
 
 def stray_text(effects: dict[str, list[Era]], entry: StrayEntry, file_size: int | None, noun: str, loader: str = MAPPED_FILE_QUEUE,
                later: int = 0) -> str:
-    """What each era does with a stray entry (``stray_effects``) in words, ``noun`` the folder's files; ``later``: for
-    ``index/``."""
+    """What each era does with a stray entry (``stray_effects``) in words, ``noun`` the folder's files."""
     from .version import eras_label
 
     left_out = (f"stops IndexService.load there (IOException) and starts without the {later} index file{'s' * (later != 1)} after it: its queries by "
@@ -415,8 +414,7 @@ class Store:
 
     @cached_property
     def queue_directories(self) -> list[QueueDirectory]:
-        """The directories under ``consumequeue/``'s topics the broker takes a queue id from (``consumequeue.queue_directories``),
-        those it never reads too (``QueueDirectory.read``): for ``consume_queues`` and the checks of such directories."""
+        """The queue directories under ``consumequeue/``, those the broker never reads too (``QueueDirectory.read``)."""
         return queue_directories(self.path("consumequeue"), self._topic_listing) if self.root is not None else []
 
     @cached_property
@@ -426,8 +424,7 @@ class Store:
 
     @cached_property
     def topic_strays(self) -> list[tuple[StrayEntry, None, bool]]:
-        """``(entry, None, False)`` of each entry of a topic's folder under ``consumequeue/`` named by no queue id, which
-        ``loadConsumeQueue`` lists (``consumequeue.topic_strays``): verify's ``cq-topic-stray-entry``, ``nextstart.queue_refusal``."""
+        """``(entry, None, False)`` of each queue-folder entry named by no queue id (``consumequeue.topic_strays``)."""
         return [(entry, None, False) for entry in topic_strays(self.path("consumequeue"), self._topic_listing)] if self.root is not None else []
 
     @cached_property
@@ -508,8 +505,7 @@ class Store:
 
     @cached_property
     def index_strays(self) -> list[tuple[StrayEntry, None, bool]]:
-        """``(entry, None: any length, a file sorts after it)`` of each entry of ``index/`` that is no index file mqtool reads but
-        ``IndexService.load`` lists (``index.index_strays``): verify's ``index-stray-entry``, ``nextstart.refusal_after_recovery``."""
+        """Each ``index/`` entry ``IndexService.load`` lists but mqtool does not read (``index.index_strays``)."""
         return index_strays(self.path("index")) if self.root is not None else []
 
     # ---- checkpoint, markers, config ----------------------------------------------------------

@@ -1,5 +1,4 @@
-"""``mqtool info``'s figures, as the broker computes them: min offset the first segment's name; max offset the logical end of the
-next start's scan (``store.nextstart``, §8.5); per queue max the CQ recovery end (§5.7), min ``correctMinOffset`` (§5.9)."""
+"""``mqtool info``'s figures as the broker computes them (reference §5.7, §5.9, §8.5)."""
 
 from __future__ import annotations
 

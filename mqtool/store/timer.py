@@ -194,8 +194,7 @@ class TimerLogListing:
 
     @property
     def fixed_by(self) -> str:
-        """What the refusal of a file of another length (``nextstart.timer_refusal``, verify's ``timer-file-size``) says fixes
-        it: repair, given ``--broker-config`` where only the default gives the size (a lone cut file), which it refuses to guess."""
+        """What fixes a wrong-length timer log file: repair, with ``--broker-config`` where only the default gives the size."""
         return "; `mqtool repair` fixes it" + (" given --broker-config" if self.size_from == "default" else "")
 
     @property

@@ -1,5 +1,4 @@
-"""Which broker version wrote a store, from its files' marks (docs/versions.md) or ``--broker-version``: the eras every mark
-allows; several left: ``version`` None, ``candidates`` one per set of planning rules."""
+"""Which broker version wrote a store, from its files' marks (docs/versions.md) or ``--broker-version``."""
 
 from __future__ import annotations
 
@@ -93,8 +92,7 @@ def _first_records(store: "Store", evidence: list[str], limit: int = 64):
 
 
 def check_first_record(store: "Store") -> None:
-    """Refuse commit logs that hold no RocketMQ record at all (DLedger data files, pre-4.0 stores, other files). A damaged first
-    record is not refused: the records after it are found (``resync.scan_start``) and the damage is ``verify``'s finding."""
+    """Refuse commit logs without any RocketMQ record (a damaged first record is ``verify``'s finding)."""
     for segment in store.commitlog.segments[:1]:
         with MappedFile(segment.path, segment.base_offset) as mf:
             if not any(mf.buf[:8]):
@@ -243,8 +241,7 @@ def _file_marks(store: "Store") -> list[tuple[str, frozenset]]:
 
 
 def _checkpoint_marks(cp, commitlog) -> list[tuple[str, frozenset]]:
-    """5.1.1+ ``confirmPhyOffset``, 5.0.0+ ``masterFlushedOffset`` (§8.2): only a record boundary of the commit log is a mark; any
-    other value is unchecksummed damage, set aside (damage seed 3000240)."""
+    """5.1.1+ ``confirmPhyOffset``, 5.0.0+ ``masterFlushedOffset`` (§8.2): a mark only where a record boundary."""
     marks = []
     end = commitlog.end_of_files
     for name, value, eras in (("confirmPhyOffset", cp.confirm_phy_offset, eras_between("E15a", "E18")),
