@@ -16,8 +16,7 @@ _CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # C0 but the newline, D
 
 
 def visible(text: str) -> str:
-    """``text`` with the control codes a terminal acts on written out (``\\x1b``, ``\\x0d``, ``\\x07``): a body,
-    key or property is the producer's bytes, whose escape sequences would recolour, retitle or clear the screen."""
+    """``text`` with terminal control codes written out (``\\x1b``, ``\\x0d``): a producer's bytes never drive the screen."""
     return text if text.isprintable() else _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 

@@ -38,8 +38,7 @@ class IdKind(str, enum.Enum):
 
 
 def detect_kind(ids: list[str], store: Store) -> IdKind:
-    """The id form where unambiguous: KEYS unless 32 or 56 hex characters; offsetMsgIds when every one encodes an offset below the
-    log's end (``MessageDecoder.createMessageId``), UNIQ_KEYs when none does (``MessageClientIDSetter``: far above any offset)."""
+    """The id form where unambiguous: KEYS, offsetMsgIds (offsets below the log's end) or UNIQ_KEYs."""
     hex_ids = sum(1 for i in ids if _HEX_ID.fullmatch(i))
     if hex_ids == 0:
         return IdKind.key

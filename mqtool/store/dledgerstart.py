@@ -227,8 +227,7 @@ def abnormal_start(store: Store, index_safe: bool | None) -> ScanStart:
 
 
 def dledger_start(store: Store, dl: DataRecovery, version: BrokerVersion, *, mode: str | None = None, index_safe: bool | None = None, full_scan: bool = False) -> ScanStart:
-    """Where ``DLedgerCommitLog``'s recovery scans from: a 5.2.0+ abnormal recovery from ``abnormal_start``'s file, else
-    ``dl.start_file``; ``mode``, ``index_safe`` default to the store's; ``full_scan`` always from the latter."""
+    """Where ``DLedgerCommitLog``'s recovery scans from: 5.2.0+ abnormal from ``abnormal_start``, else ``dl.start_file``."""
     cl = store.commitlog
     abnormal = (mode or ("abnormal" if store.abort_present else "normal")) == "abnormal"
     if abnormal and VersionRules(version).dledger_abnormal_redispatch and not full_scan:

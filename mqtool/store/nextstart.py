@@ -219,8 +219,7 @@ def deleted_link(store: Store) -> str | None:
 
 
 def created_link(store: Store) -> StrayEntry | None:
-    """The first dangling symlink of index/ whose target ``IndexService.load`` creates as an empty index file
-    (``mappedfile.created_through``), or None; ``recover`` refuses to plan that start (``planparts.unloadable_files``)."""
+    """The first dangling symlink of index/ whose target ``IndexService.load`` creates, or None (``recover`` refuses)."""
     return next((e for e, _, _ in store.index_strays if e.offset is not None and e.created is not None), None)
 
 
@@ -315,8 +314,7 @@ MAPPED = ("checkpoint", "config/timercheck", "timerwheel")  # the files of those
 
 
 def unusable(path: Path, name: str) -> tuple[str, str, str] | None:
-    """(what it is, open or map, what throws) where ``new RandomAccessFile(path, "rw")`` fails: a directory or socket, or for a
-    mapped file (``MAPPED``) a FIFO or device node; None: a file, or nothing there."""
+    """(what, open or map, what throws) where ``RandomAccessFile(path, "rw")`` (or a map: ``MAPPED``) fails, else None."""
     what = not_a_file(path)
     if what in (A_DIRECTORY, A_SOCKET):
         return what, "open", "new RandomAccessFile(file, \"rw\") throws" + (" ENXIO" if what == A_SOCKET else "")
@@ -326,8 +324,7 @@ def unusable(path: Path, name: str) -> tuple[str, str, str] | None:
 
 
 def open_refusal(store: Store, wheel: bool = True) -> str | None:
-    """Why the broker refuses to start before it loads the commit log, by era, or None: a ``LOADED_FIRST`` config's bad ``.bak``,
-    an ``OPENED_FIRST`` file that is a directory (rules 6.4, 8.1), or ``wheel_refusal``."""
+    """Why the broker refuses to start before it loads the commit log (rules 6.4, 8.1), by era, or None."""
     if store.root is None:
         return None
     eras = store.version_guess.eras
@@ -355,8 +352,7 @@ def opened_first_refusal(store: Store) -> tuple[str, str] | None:
 
 
 def wheel_refusal(store: Store) -> str | None:
-    """Why a 5.x broker refuses to start on a ``timerwheel`` of neither 0 bytes nor ``TimerWheel.wheelLength``, or None: its
-    constructor throws in ``BrokerController.initialize``, before ``messageStore.load`` (reference §9). ``repair`` resizes it."""
+    """Why a 5.x broker refuses to start on a wrong-size ``timerwheel`` (reference §9; ``repair`` resizes it), or None."""
     from .timer import timer_eras
 
     eras, wheel = store.version_guess.eras, store.path("timerwheel")
@@ -428,8 +424,7 @@ def unmounted_file(store: Store) -> str | None:
 
 
 def later_refusal(store: Store, queue_fix: str = RECOVER_FIXES, committed: bool = True) -> str | None:
-    """Why the broker refuses to start on a store whose commit log it loads, in the order it meets them: DLedger strays, queues,
-    checkpoint, ``committed_refusal`` (if ``committed``), ``refusal_after_recovery``, abort."""
+    """Why the broker refuses to start after loading the commit log, in the order it meets them, or None."""
     return (first_stray_refusal(store, store.dledger_strays, MMAP_FILE_LIST) or queue_refusal(store, queue_fix) or checkpoint_refusal(store)
             or (committed_refusal(store) if committed else None) or (found[1] if (found := refusal_after_recovery(store)) else None)
             or abort_refusal(store))
@@ -482,8 +477,7 @@ def abort_refusal(store: Store) -> str | None:
 
 
 def checkpoint_refusal(store: Store, way_out: str = "; `mqtool repair` moves it out") -> str | None:
-    """Why the broker refuses to start on a ``checkpoint`` that is a directory, or None: ``StoreCheckpoint``'s
-    ``RandomAccessFile`` throws and ``DefaultMessageStore.load`` fails (3.2.6-5.3.3; reference §6, rules 6.1)."""
+    """Why the broker refuses to start on a ``checkpoint`` directory (reference §6, rules 6.1), or None."""
     if store.root is None or (found := unusable(store.path("checkpoint"), "checkpoint")) is None:
         return None
     return f"checkpoint: {found[0]}, which StoreCheckpoint cannot {found[1]} ({found[2]}), so DefaultMessageStore.load fails{way_out}"
@@ -513,8 +507,7 @@ def wrong_length_refusal(store: Store, wrong_lengths, file_size: int | None, fil
 
 
 def queue_refusal(store: Store, fix: str = RECOVER_FIXES) -> str | None:
-    """Why the broker refuses to start on a consume queue file (LMQ, batch queues too), or None: a topic folder entry named by no
-    queue id (3.2.6), or a file of another length (rules §2.13; ``cq-file-size``)."""
+    """Why the broker refuses to start on a consume queue file (rules §2.13; ``cq-file-size``), or None."""
     if (why := first_stray_refusal(store, store.topic_strays, LOAD_CONSUME_QUEUE)) is not None:
         return why
     for queues, fix in ((store.consume_queues, fix), (store.batch_consume_queues, "")):
@@ -538,7 +531,6 @@ def which_do(some, eras) -> str | None:
 
 
 def refusing_eras(eras, empty_last: bool) -> list:
-    """The eras of ``eras`` whose ``MappedFileQueue.load`` refuses to start on a file of the wrong length (``empty_last``: a
-    zero-length one that is the folder's last entry, which 5.1.3+ delete; rules §2.13)."""
+    """The eras of ``eras`` whose ``MappedFileQueue.load`` refuses a wrong-length file (``empty_last``; rules §2.13)."""
     rules = [(e, VersionRules(e.representative)) for e in eras]
     return [e for e, r in rules if (r.zero_length_last_file_refused if empty_last else not r.wrong_length_file_ignored)]

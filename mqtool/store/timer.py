@@ -122,8 +122,7 @@ class RecoveredWheel:
 
 def recovered_wheel(slots: list[fmt.WheelSlot], units: dict[int, tuple[int, int]], end: int, bases: list[int],
                     check: fmt.TimerCheck | None, file_size: int | None) -> RecoveredWheel:
-    """``slots`` after ``recover`` on ``units`` ending at ``end``: ``recoverAndRevise`` revises each walked unit's slot
-    ``lastPos`` from ``first_pass_start``; ``checkPhyPos`` walks again from the least stale ``firstPos``."""
+    """``slots`` after ``recover`` on ``units`` ending at ``end`` (``recoverAndRevise``, then ``checkPhyPos``)."""
     first_pass = first_pass_start(bases, check, file_size)
     shown = Counter(units[s.last_pos][0] // s.time_slot for s in slots if s.last_pos in units and s.time_slot > 0)
     precision = shown.most_common(1)[0][0] if shown else fmt.DEFAULT_PRECISION_MS
