@@ -185,3 +185,27 @@ def test_a_batch_queue_directory_plus_1_is_never_read_its_queue_1_is_empty(batch
     assert findings[0].details == {"topic": TOPIC, "queue_id": 1, "read_from": f"batchconsumequeue/{TOPIC}/1", "files": 1, "queue_kind": "batch"}
     assert findings[0].message.startswith("a batch consume queue directory the broker never reads: it takes queue id 1 of TopicTest")
     assert findings[1].details["count"] == len(units)
+
+
+@pytest.mark.parametrize("checks", [("cq",), None], ids=["only-cq", "full"])
+def test_units_past_damage_before_the_recovery_start_are_held_against_the_log_the_broker_serves(batch_store, checks):
+    """The first commit log segment zeroed (4.8 MiB of log: the broker's normal recovery scans from the last segments and never
+    reads it, so it serves every record after it). Before, the batch units were held against a walk of their own that ended at
+    the zeros: every unit was ``cq-entry-beyond-end`` past "the logical end 0" (718 false warnings). The check now reads the cq
+    check's walk (``Verification._riders``), which reads on where the broker does: the units of records in the zeros point where
+    no record starts (``cq-entry-dangling``), every other unit matches its record."""
+    segment = batch_store / "commitlog" / f"{0:020d}"
+    with open(segment, "r+b") as f:
+        f.write(bytes(segment.stat().st_size))
+    cut = segment.stat().st_size
+    units = {q: u for q, u in _units_by_queue().items()}
+    with Store.open(batch_store) as store:
+        run = Verification(store, VerifyOptions(checks=checks) if checks else VerifyOptions())
+        findings = [f for f in run.findings() if (f.details or {}).get("queue_kind") == "batch"]
+        summary = run.summary
+    assert summary.logical_end == manifest("5.3.3", "clean-small")["commitLogMaxOffset"]
+    lost = sorted((q, u["phys_offset"]) for q, us in units.items() for u in us if u["phys_offset"] < cut)
+    assert 0 < len(lost) < sum(len(u) for u in units.values())
+    assert sorted((f.kind, f.details["queue_id"], f.offset) for f in findings) == [("cq-entry-dangling", q, offset) for q, offset in lost]
+    assert {f.severity.value for f in findings} == {"error"}
+    assert f"{len(units)} batch consume queue(s) checked against the records, {sum(len(u) for u in units.values())} units" in summary.notes

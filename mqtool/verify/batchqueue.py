@@ -23,18 +23,28 @@ FIELDS = ("size", "tags_code", "store_time", "msg_base_offset", "batch_size")
 _COLUMNS = ["offset", "topic", "queue_id", "queue_offset", "size", "tags_code", "store_timestamp", "transaction_type", "properties"]
 
 
-def expected_batch_units(store: Store, topics: set[str], start: int | None, stop: int | None) -> tuple[dict[tuple[str, int], dict[int, tuple]], int]:
-    """``(topic, queue id) -> {offset: (size, tags code, store time, msgBaseOffset, batchSize)}`` for
-    the records of ``topics``, and the commit log's logical end."""
-    import pyarrow as pa
+class BatchUnitsExpected:
+    """``(topic, queue id) -> {offset: (size, tags code, store time, msgBaseOffset, batchSize)}`` for the records of
+    ``topics`` (``expected``): a rider of the cq check's walk (``Verification._riders``), so read from the log the broker
+    serves as that check reads it (on past damage its recovery never reads, the walk reads on); ``add`` takes the walk's
+    batches in log order."""
 
-    from ..scan import compute
-    from ..scan.filter import MessageFilter
-    from ..scan.messages import MessageScan
+    def __init__(self, store: Store, topics: set[str]):
+        from ..scan.filter import MessageFilter
+        from ..scan.messages import MessageScan
 
-    expected: dict[tuple[str, int], dict[int, tuple]] = {}
-    scan = MessageScan(store, start=start, stop=stop, columns=_COLUMNS, match=MessageFilter(topics=tuple(sorted(topics))), check_crc=False)
-    for batch in scan:
+        self.expected: dict[tuple[str, int], dict[int, tuple]] = {}
+        self._builder = MessageScan(store, columns=_COLUMNS, match=MessageFilter(topics=tuple(sorted(topics))), walk=())  # another walk's batches
+
+    def add(self, segment_batch) -> None:
+        """One batch of the walk (a ``fastscan.SegmentBatch``)."""
+        import pyarrow as pa
+
+        from ..scan import compute
+
+        batch = self._builder.build(segment_batch)
+        if batch is None:
+            return
         dispatched = compute.is_in(batch["transaction_type"], pa.array(["NOT_TYPE", "COMMIT"], pa.string()))
         for row in compute.filter(batch, dispatched).to_pylist():
             try:
@@ -42,19 +52,19 @@ def expected_batch_units(store: Store, topics: set[str], start: int | None, stop
             except ValueError:
                 span = (None, None)  # the broker's dispatch throws on this record: compared as unknown
             unit = (row["size"], row["tags_code"], row["store_timestamp"], *span)
-            expected.setdefault((row["topic"], row["queue_id"]), {})[row["offset"]] = unit
-    return expected, scan.end.offset
+            self.expected.setdefault((row["topic"], row["queue_id"]), {})[row["offset"]] = unit
 
 
-def batch_queue_findings(store: Store, start: int | None = None, stop: int | None = None) -> Iterator[Finding]:
-    """The findings; the generator's return value is a one-line summary (None without batch queues)."""
+def batch_queue_findings(store: Store, owed: BatchUnitsExpected, end: int, start: int | None = None, stop: int | None = None) -> Iterator[Finding]:
+    """The findings, ``owed`` fed the walk of the records in ``[start, stop)`` that ended at ``end`` (the logical end);
+    the generator's return value is a one-line summary (None without batch queues)."""
     queues = store.batch_consume_queues
     if not queues:
         return None
     folder, listing = store.path("batchconsumequeue"), topic_listing(store.path("batchconsumequeue"))
     yield from unread_directory_findings(store, queue_directories(folder, listing), "batch consume queue", {"queue_kind": "batch"})
     yield from queue_path_file_findings(store, queue_path_files(folder, listing), "batch consume queue", {"queue_kind": "batch"})
-    expected, end = expected_batch_units(store, {q.topic for q in queues}, start, stop)
+    expected = dict(owed.expected)
     units = 0
     for queue in queues:
         want = expected.pop((queue.topic, queue.queue_id), {})

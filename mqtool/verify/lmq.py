@@ -27,42 +27,60 @@ def lmq_queue_dirs(store: Store) -> list[str]:
     return sorted(p.name for p in cq.iterdir() if p.name.startswith(LMQ_PREFIX)) if cq.is_dir() else []
 
 
-def expected_lmq_entries(store: Store, start: int | None, stop: int | None, unread_before: Callable[[], int] | None
-                         ) -> tuple[dict[tuple[str, int], dict[int, tuple[int, int, int]]], int, list[DispatchThrows]]:
-    """``(queue name, queue id) -> {queue offset: (offset, size, tags code)}`` from the records of the log the broker
-    serves (``LogStream``: on past damage its recovery never reads, ``unread_before``), the logical end, and the records
-    whose dispatch throws, in log order (``DispatchThrows``, their offsets set; a property-less one where the release may
-    be 4.9.3, ``Store.no_properties_npe``)."""
-    import numpy as np
-    import pyarrow as pa  # here: a store without LMQ never loads pyarrow
+class LmqExpected:
+    """What each LMQ queue is owed: ``(queue name, queue id) -> {queue offset: (offset, size, tags code)}`` from the records
+    of the log the broker serves, and the records whose dispatch throws, in log order (``DispatchThrows``, their offsets set;
+    a property-less one where the release may be 4.9.3, ``Store.no_properties_npe``). A rider of the cq check's walk
+    (``Verification._riders``: on past damage the broker's recovery never reads, that walk reads on): ``add`` takes its
+    batches in log order, in whatever thread checks them; ``throws`` after the walk."""
 
-    from ..scan import compute
-    from ..scan.messages import MessageScan
-    from .logstream import LogStream
+    def __init__(self, store: Store):
+        from ..scan.messages import MessageScan  # here: a store without LMQ never loads pyarrow
 
-    rule = store.rules.lmq_rule  # the rules of the newest era left, as the planners read them
-    npe = store.no_properties_npe
-    expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
-    throws: list[DispatchThrows] = []
-    scan = MessageScan(store, columns=_COLUMNS, walk=LogStream(store, start, stop, unread_before=unread_before))
-    for batch in scan:
+        self.store = store
+        # the rules of the newest era left, as the planners read them; read here, before the walk: the checks thread must not
+        # read them while another thread assumes a release (``each_candidate``)
+        self.rule, self.npe = store.rules.lmq_rule, store.no_properties_npe
+        self.expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
+        self._throws: list[DispatchThrows | int] = []  # an int: a record read as property-less, read whole in ``result``
+        self._builder = MessageScan(store, columns=_COLUMNS, walk=())  # builds the columns of another walk's batches
+
+    def add(self, segment_batch) -> None:
+        """One batch of the walk (a ``fastscan.SegmentBatch``)."""
+        import numpy as np
+        import pyarrow as pa
+
+        from ..scan import compute
+
+        batch = self._builder.build(segment_batch)
+        if batch is None:
+            return
+        npe = self.npe
         flagged = compute.is_valid(compute.map_lookup(batch["properties"], options=compute.MapLookupOptions(pa.scalar("INNER_MULTI_DISPATCH"), "first")))
         if npe is not False:
             flagged = compute.or_(flagged, pa.array(np.diff(np.asarray(batch["properties"].offsets)) == 0))  # no property
         dispatched = compute.is_in(batch["transaction_type"], pa.array(["NOT_TYPE", "COMMIT"], pa.string()))
         for row in compute.filter(batch, compute.and_(flagged, dispatched)).to_pylist():
             if not row["properties"]:  # no property read: the NPE is for a zero propertiesLength alone (a null map)
-                if not store.commitlog.read_record(row["offset"]).properties:
-                    throws.append(NoPropertiesThrows(row["offset"], undecided=npe is None))
+                self._throws.append(row["offset"])
                 continue
             try:
-                targets = multi_dispatch_targets(row["topic"], row["queue_id"], dict(row["properties"]), rule=rule)
+                targets = multi_dispatch_targets(row["topic"], row["queue_id"], dict(row["properties"]), rule=self.rule)
             except LmqOffsetThrows as exc:  # the entries the broker writes before its dispatch throws
                 exc.offset, targets = row["offset"], exc.written
-                throws.append(exc)
+                self._throws.append(exc)
             for name, queue_id, queue_offset in targets:
-                expected.setdefault((name, queue_id), {})[queue_offset] = (row["offset"], row["size"], row["tags_code"])
-    return expected, scan.end.offset, throws
+                self.expected.setdefault((name, queue_id), {})[queue_offset] = (row["offset"], row["size"], row["tags_code"])
+
+    def throws(self) -> list[DispatchThrows]:
+        """The records whose dispatch throws; the property-less ones read here, in the caller's thread, after the walk."""
+        npe, out = self.npe, []
+        for throw in self._throws:
+            if not isinstance(throw, int):
+                out.append(throw)
+            elif not self.store.commitlog.read_record(throw).properties:
+                out.append(NoPropertiesThrows(throw, undecided=npe is None))
+        return out
 
 
 def each_candidate(store: Store, answer: Callable[[Store], object]) -> list:
@@ -178,12 +196,12 @@ def throw_finding(throw: DispatchThrows, how: str | None) -> Finding:
         f"at its next start {how or 'nothing dispatches it'}", offset=throw.offset, details={"writes": throw.wrote})
 
 
-def lmq_findings(store: Store, start: int | None = None, stop: int | None = None, unread_before: Callable[[], int] | None = None
+def lmq_findings(store: Store, owed: LmqExpected, end: int, start: int | None = None, stop: int | None = None
                  ) -> Generator[Finding, None, str | None]:
-    """The findings; the generator's return value is a one-line summary (None when the store has no LMQ queue
-    and no record asks for one)."""
-    expected, end, throws = expected_lmq_entries(store, start, stop, unread_before)
-    for throw in throws:
+    """The findings, ``owed`` fed the walk of the records in ``[start, stop)`` that ended at ``end`` (the logical end); the
+    generator's return value is a one-line summary (None when the store has no LMQ queue and no record asks for one)."""
+    expected = owed.expected
+    for throw in owed.throws():
         yield throw_finding(throw, next_start_stall(store, throw))
     names = set(lmq_queue_dirs(store)) | {name for name, _ in expected if name.startswith(LMQ_PREFIX)}
     if not names:

@@ -5,7 +5,9 @@ CRC checked but never ending it), so ``SharedWalk`` is shown those rows (``segme
 cuts them into exactly the batches ``LogStream`` would yield (``fastscan.FastScan``'s sizes) and
 dispatches them while they are in cache (``columns.ColumnBuilder.add``), topics numbered through
 one table in walk order; the timer check takes them too (``scan.timer.TimerWalk``,
-``timer_walk``), also beside the commit log check alone (no cq or index check: nothing dispatched).
+``timer_walk``), also beside the commit log check alone (no cq or index check: nothing dispatched),
+and so do the riders of the cq check (``Verification._riders``: what the LMQ and batch consume queues
+are owed).
 Each whole batch is checked (``CrossChecks.feed``) in a thread of its own while the walk goes on
 (``handoff.Stage``), which also makes the checks first (``CrossChecks.begin``) and reads ahead when idle (``_ahead``). Findings are spilled to an
 unlinked temporary file and replayed after the commit log's, as if the checks had run after it.
@@ -49,9 +51,11 @@ class SharedWalk(ChainReader):
     findings and their order are those of the inline run. ``timer``: the timer check's walk, to be fed the batches
     (``timer_walk``); its units read before the checks thread starts (``CommitLog.mapped``'s cache is not thread-safe)."""
 
-    def __init__(self, verification: "Verification", cross: list[str], start: int, threads: bool = False, timer: "TimerWalk | None" = None):
+    def __init__(self, verification: "Verification", cross: list[str], start: int, threads: bool = False, timer: "TimerWalk | None" = None,
+                 riders: dict[str, object] | None = None):
         store = verification.store
         self.verification = verification
+        self.riders = riders or {}  # what reads the checked batches besides the checks (``Verification._riders``)
         self.segments = store.commitlog.segments
         self.checks = CrossChecks(store, cross, start, None, store.commitlog.end_of_files, verification.options.index_files)
         self.outcome = CrossCheckOutcome()
@@ -196,6 +200,8 @@ class SharedWalk(ChainReader):
                 self.pending.append(finding)
                 if len(self.pending) >= CHUNK:
                     self._spill()
+            for rider in self.riders.values():
+                rider.add(segment)
         if self.timer is not None:
             self.timer.add_rows(segment)
         if self.checking is not None:

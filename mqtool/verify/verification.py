@@ -17,7 +17,7 @@ from . import CHECKS, CROSS_CHECKS, Progress, VerifyOptions
 from .commitlog import CommitLogCheck, CommitLogResult
 from .crosscheck import CrossCheckOutcome, CrossChecks
 from .findings import Finding, Summary
-from .lmq import lmq_findings, stall_throw, throw_finding, with_stall
+from .lmq import LmqExpected, lmq_findings, stall_throw, throw_finding, with_stall
 from .logstream import LogStream
 from ..store.segments import store_timestamp_at
 from .state import abort_findings, checkpoint_findings, config_findings, opened_first_findings
@@ -45,6 +45,7 @@ class Verification:
         self._broker_start: int | None = None
         # segment base -> chain prefix already walked and checked by another reader (``recover``'s plan)
         self.walked: dict | None = None
+        self.riding: dict[str, object] = {}  # the riders (``_riders``) of the cq check's walk whose findings stand
 
     def broker_start(self) -> int:
         """Where the broker's start-up recovery scans from (``store.nextstart.scan_start_offset``, the
@@ -89,7 +90,7 @@ class Verification:
             # inline, as the thread gains nothing there (the timer check's batch work holds the GIL: more CPU, no shorter walk)
             from .sharedwalk import SharedWalk
 
-            shared = SharedWalk(self, cross, start, threads=bool(cross) and usable_cpus() > 1, timer=timer)
+            shared = SharedWalk(self, cross, start, threads=bool(cross) and usable_cpus() > 1, timer=timer, riders=self._riders(cross))
         try:
             yield from self._checks(start, stop, cross, shared, None if shared is not None else timer)
         finally:
@@ -138,6 +139,7 @@ class Verification:
             self.cross_checks_threaded = self.cross_checks_shared and shared.threaded
             if self.cross_checks_shared:
                 self.cross_checks = shared.checks.checks
+                self.riding = shared.riders
                 try:
                     outcome = yield from shared.replay()
                 finally:
@@ -152,7 +154,7 @@ class Verification:
             if outcome.index_files is not None:
                 summary.index_files, summary.index_entries = outcome.index_files, outcome.index_entries
             if lmq:
-                line = yield from lmq_findings(store, start, stop, None if store.is_dledger else self.broker_start)
+                line = yield from lmq_findings(store, self.riding["lmq"], outcome.end.offset, start, stop)
                 if line:
                     summary.notes.append(line)
             if "cq" in cross and summary.next_start is not None and summary.next_start.stall is not None:
@@ -162,7 +164,7 @@ class Verification:
             if "cq" in cross and store.batch_consume_queues:
                 from .batchqueue import batch_queue_findings
 
-                line = yield from batch_queue_findings(store, start, stop)
+                line = yield from batch_queue_findings(store, self.riding["batch"], outcome.end.offset, start, stop)
                 summary.notes.append(line)
             if last_timestamp is None:
                 last_timestamp, records = outcome.last_timestamp, outcome.records
@@ -195,6 +197,21 @@ class Verification:
             line = yield from timer_findings(store, summary.next_start, timer_walk)
             if line:
                 summary.notes.append(line)
+
+    def _riders(self, cross: list[str]) -> dict[str, object]:
+        """What reads the cq check's walk besides it, fed each batch it checks (``add``) by whoever walks (``SharedWalk``,
+        ``_cross_check``), so that no check walks the log again: what the LMQ queues are owed (``lmq.LmqExpected``) and the
+        batch consume queues (``batchqueue.BatchUnitsExpected``), their checks run after the cq check's findings. New for each
+        walk (one that does not stand is left with its riders); ``riding`` holds those of the walk that stands."""
+        store, riders = self.store, {}
+        if "cq" in cross:
+            if store.multi_dispatch_on:
+                riders["lmq"] = LmqExpected(store)
+            if store.batch_consume_queues:
+                from .batchqueue import BatchUnitsExpected
+
+                riders["batch"] = BatchUnitsExpected(store, {q.topic for q in store.batch_consume_queues})
+        return riders
 
     def _timer_walk(self, start: int) -> TimerWalk | None:
         """The timer check's walk of the log (``scan.timer.TimerWalk``: the timer log's units read first), to be fed another
@@ -240,9 +257,13 @@ class Verification:
         stream.progress = self._stage("cross-check", max(total, 0))
         cross_checks = CrossChecks(store, cross, start, stop, end_guess, self.options.index_files)
         self.cross_checks = cross_checks.checks
+        self.riding = self._riders(cross)
+        riders = list(self.riding.values())
         yield from cross_checks.begin()
         for batch in stream.walk():
             yield from cross_checks.feed(batch)
+            for rider in riders:
+                rider.add(batch)
             if timer is not None and batch.base_offset + int(batch.rows[0, fs.COL_POS]) >= timer.end:
                 timer.add_rows(batch)
         if timer is not None and stream.end is not None and stream.end.offset > timer.end:
