@@ -10,7 +10,7 @@ an entry it keeps is lost data and the walk goes on after it (``resume_after_dam
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from ..store.mappedfile import MMAP_FILE_LIST, MappedFile
 from .commitlog import CommitLogResult, Progress, left_out_findings, relative, stray_finding
 from .findings import Finding, error, info, warning
 from ..store.segments import store_timestamp_at
+
+if TYPE_CHECKING:
+    from .sharedwalk import SharedWalk
 
 HEADER = dfmt.ENTRY_HEADER_SIZE
 _L = dfmt.ENTRY_HEADER_LAYOUT
@@ -96,13 +99,14 @@ class DataFileReport:
 
 
 def analyze_data_file(task: DataFileTask, commitlog: DLedgerCommitLog | None = None, state: tuple[int, int] | None = None,
-                      reached: Callable[[int], None] | None = None) -> DataFileReport:
+                      reached: Callable[[int], None] | None = None, chain: "SharedWalk | None" = None) -> DataFileReport:
     """Walk one file of a DLedger commit log as ``DLedgerLogCheck`` walks the log: every entry and the
     record inside (``store.dledgerwalk``), the record checks, the entries against ``index/``, past the
     damage DLedger's recovery keeps (``resume_after_damage``) within the file. ``state``: the entry index
     and term the walk comes with from the file before (``EntryWalker.state``); None: a fresh walk, which
     differs only where the file's first entry does not follow them (``DLedgerLogCheck.run`` walks it again).
-    ``reached(offset)``: where the walk is, after each batch."""
+    ``reached(offset)``: where the walk is, after each batch. ``chain``: shown the batches and how each walk of the file ends
+    (``sharedwalk.SharedWalk.entry_rows``, ``entry_end``), the cross-checks' walk of the records."""
     cl = task.commitlog() if commitlog is None else commitlog
     seg = cl.segments[cl.segment_index(task.start)]
     stop = seg.end_offset if task.stop is None else min(task.stop, seg.end_offset)
@@ -117,6 +121,8 @@ def analyze_data_file(task: DataFileTask, commitlog: DLedgerCommitLog | None = N
             scan = fs.FastScan(cl, start, stop, check_crc=True, stop_on_crc=False, release_behind=True, walker=walker)
             for batch in scan:
                 report.findings.extend(_record_findings(batch, units, report, task.file, cl.divided_offset))
+                if chain is not None:
+                    chain.entry_rows(batch)
                 if reached:
                     reached(batch.base_offset + int(batch.rows[-1, fs.COL_POS] + batch.rows[-1, fs.COL_SIZE]))
             end, short = scan.end, task.stop is None or scan.end.offset < task.stop  # not at the check's own stop
@@ -126,8 +132,12 @@ def analyze_data_file(task: DataFileTask, commitlog: DLedgerCommitLog | None = N
             if end.reason == StopReason.LIMIT and scan.blanks and short:
                 report.goes_on, report.state = True, (int(scan.walker.state[ST_INDEX]), int(scan.walker.state[ST_TERM]))
                 report.inherited = start == task.start and report.state[0] < 0
+                if chain is not None:
+                    chain.entry_end(scan.end, "blank")
                 return report
             resume = cl.resume_after_damage(end)  # damage DLedger's recovery keeps: the walk goes on after it
+            if chain is not None:
+                chain.entry_end(scan.end, None if resume is None else "damage")
             if resume is None:
                 return report
             classic = seg.base_offset < cl.divided_offset
@@ -212,8 +222,10 @@ class DLedgerLogCheck:
 
     analyze = staticmethod(analyze_data_file)  # what walks each of ``tasks()`` (``run``'s ``reports``)
 
-    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, jobs: int = 1, keep_going: bool = False, progress: Progress | None = None):
+    def __init__(self, store: Store, *, start: int | None = None, stop: int | None = None, jobs: int = 1, keep_going: bool = False, progress: Progress | None = None,
+                 chain: "SharedWalk | None" = None):
         self.store = store
+        self.chain = chain  # shown the walk of the files (``analyze_data_file``) where they are walked here
         self.commitlog: DLedgerCommitLog = store.commitlog
         self.start = self.commitlog.min_offset if start is None else start
         self.stop, self.keep_going, self.progress = stop, keep_going, progress
@@ -254,26 +266,29 @@ class DLedgerLogCheck:
             self.notes.append(f"--from-offset {self.start} is not an entry start: checked from the entry it belongs to")
         dl = data_recovery(cl)
         tasks = self.tasks()
-        given = reports is not None
-        reports = iter(reports if given else (analyze_data_file(t, cl, reached=self._reached if self.progress else None) for t in tasks))
+        given = iter(reports) if reports is not None else None
         end = fs.ScanEnd(self.start, StopReason.NO_SEGMENTS, "no segment holds this offset")
         first_mismatch, missing, state = None, 0, None
-        try:
-            for task, report in zip(tasks, reports):
-                if state is not None and self._breaks(task, state):
-                    report = analyze_data_file(task, cl, state)  # the walk that carries the state stops at the file's first entry
-                yield from report.findings
-                result.records += report.records
-                result.last_timestamp = report.last_timestamp if report.last_timestamp is not None else result.last_timestamp
-                first_mismatch = first_mismatch or report.first_mismatch
-                missing += report.missing_units
-                end = report.end
-                if not report.goes_on:
+        for task in tasks:
+            # the walk that carries the state stops at the file's first entry, where a fresh walk's does not: walked with it
+            carried = state if state is not None and self._breaks(task, state) else None
+            if given is None:
+                report = analyze_data_file(task, cl, carried, reached=self._reached if self.progress else None, chain=self.chain)
+            else:
+                report = next(given, None)
+                if report is None:
                     break
-                state = None if report.state is None else state if report.inherited else report.state
-        finally:
-            if not given:
-                reports.close()
+                if carried is not None:
+                    report = analyze_data_file(task, cl, carried)
+            yield from report.findings
+            result.records += report.records
+            result.last_timestamp = report.last_timestamp if report.last_timestamp is not None else result.last_timestamp
+            first_mismatch = first_mismatch or report.first_mismatch
+            missing += report.missing_units
+            end = report.end
+            if not report.goes_on:
+                break
+            state = None if report.state is None else state if report.inherited else report.state
         units = IndexUnits(cl)
         try:
             result.logical_end, result.end_reason = end.offset, end.reason

@@ -7,7 +7,8 @@ dispatches them while they are in cache (``columns.ColumnBuilder.add``), topics 
 one table in walk order; the timer check takes them too (``scan.timer.TimerWalk``,
 ``timer_walk``), also beside the commit log check alone (no cq or index check: nothing dispatched),
 and so do the riders of the cq check (``Verification._riders``: what the LMQ and batch consume queues
-are owed).
+are owed). A DLedger log's check shows it the batches of its walk of each data file instead
+(``dledger.analyze_data_file``: ``entry_rows``, ``entry_end``), checked inline.
 Each whole batch is checked (``CrossChecks.feed``) in a thread of its own while the walk goes on
 (``handoff.Stage``), which also makes the checks first (``CrossChecks.begin``) and reads ahead when idle (``_ahead``). Findings are spilled to an
 unlinked temporary file and replayed after the commit log's, as if the checks had run after it.
@@ -61,6 +62,7 @@ class SharedWalk(ChainReader):
         self.outcome = CrossCheckOutcome()
         self.next_index = store.commitlog.segment_index(start) if self.segments else None
         self.base = 0
+        self.array: np.ndarray | None = None  # the DLedger data file being walked (``entry_rows``)
         self.ended = False  # ``end`` was shown for the segment being walked
         self.stream_end: ScanEnd | None = None  # where the stream ends, once the chain has
         self.spill = None
@@ -140,6 +142,33 @@ class SharedWalk(ChainReader):
     def let_go(self) -> None:
         if self.checking is not None and self.checking.pending() and not self.ended:
             self._stop()  # the walk failed before ``end``: what waits is dropped with the segment
+
+    # ---- fed by the DLedger check (``dledger.analyze_data_file``), inline ----
+
+    def entry_rows(self, batch: fs.SegmentBatch) -> None:
+        """A batch of the DLedger check's walk of a data file (``FastScan`` with DLedger's ``EntryWalker``: the records
+        ``LogStream`` walks), cut as ``rows`` cuts the chain's; the file's map kept (``array``) until its last batch is cut."""
+        if self.stream_end is None and self.next_index is not None:
+            self.base, self.array = batch.base_offset, batch.array
+            self.rows(batch.array, batch.rows)
+
+    def entry_end(self, end: ScanEnd, on: str | None) -> None:
+        """The DLedger check's walk of a file ended at ``end`` (its ``FastScan``'s): the file's last rows cut, as ``LogStream``'s
+        walk cuts them at a file's end. ``on``: ``"blank"``, the walk goes on into the next file, its batches sized on as one
+        ``FastScan`` sizes them; ``"damage"``, on past damage DLedger's recovery keeps (``resume_after_damage``), where
+        ``LogStream`` walks again, sized anew, with the record of a broken entry of its own: not followed, nor an end at a file's
+        end (``LogStream``'s says why otherwise): ``result`` declines and the cross-checks walk again; None, the log ends there."""
+        if self.stream_end is not None or self.next_index is None:
+            return
+        if self.fill:
+            self._cut(self.base, self.array)
+        self.array = None
+        if on == "blank":
+            return
+        if on is not None or end.reason == StopReason.LIMIT:
+            self.next_index = None
+        else:
+            self.stream_end = end
 
     # ---- batches to findings ----
 

@@ -76,7 +76,7 @@ class Verification:
         stop = opts.to_offset
         cross = [c for c in CROSS_CHECKS if c in opts.checks] if store.root is not None else []
         whole = opts.from_offset is None and stop is None
-        plain = SHARE_WALK and not store.is_dledger
+        plain = SHARE_WALK
         timer = None  # the timer check's walk of the log, fed another check's walk: the commit log check's, or the cq and index checks'
         if whole and SHARE_WALK and "timer" in opts.checks and store.root is not None and (cross or plain and "commitlog" in opts.checks):
             timer = self._timer_walk(start)
@@ -87,19 +87,22 @@ class Verification:
             # processes, whatever ``jobs`` (the cross-checks' own work is the longer part); with
             # ``--only cq`` or ``index`` too, the commit log check walking for them, unheard;
             # the timer check's walk of the log on it too (``SharedWalk.timer_walk``), also without the cross-checks: then
-            # inline, as the thread gains nothing there (the timer check's batch work holds the GIL: more CPU, no shorter walk)
+            # inline, as the thread gains nothing there (the timer check's batch work holds the GIL: more CPU, no shorter walk);
+            # a DLedger log's check feeds it inline too (``DLedgerLogCheck``: ``SharedWalk.entry_rows``), its files' maps
+            # held by the batch being cut alone
             from .sharedwalk import SharedWalk
 
-            shared = SharedWalk(self, cross, start, threads=bool(cross) and usable_cpus() > 1, timer=timer, riders=self._riders(cross))
+            threads = bool(cross) and usable_cpus() > 1 and not store.is_dledger
+            shared = SharedWalk(self, cross, start, threads=threads, timer=timer, riders=self._riders(cross))
         try:
-            yield from self._checks(start, stop, cross, shared, None if shared is not None else timer)
+            yield from self._checks(start, stop, cross, shared)
         finally:
             if shared is not None:
                 shared.close()
 
-    def _checks(self, start: int, stop: int | None, cross: list[str], shared, timer_walk: TimerWalk | None) -> Iterator[Finding]:
-        """``timer_walk``: the timer check's walk where the cross-checks' own walk feeds it (a DLedger log), else None."""
+    def _checks(self, start: int, stop: int | None, cross: list[str], shared) -> Iterator[Finding]:
         opts, store, summary = self.options, self.store, self.summary
+        timer_walk = None  # the timer check's walk, where another walk fed it
         last_timestamp = None
         records = 0
         logical_end = None
@@ -112,7 +115,7 @@ class Verification:
                 log_check = CommitLogCheck
             # a shared walk is one walk, in this process (a pool's segments are not shown to it)
             jobs = 1 if shared is not None else opts.jobs
-            extra = {} if store.is_dledger else {"unread_before": self.broker_start, "chain": shared, "walked": self.walked}
+            extra = {"chain": shared} if store.is_dledger else {"unread_before": self.broker_start, "chain": shared, "walked": self.walked}
             check = log_check(store, start=start, stop=stop, jobs=jobs, keep_going=opts.keep_going and heard, **extra)
             check.progress = self._stage("commitlog" if heard else "cross-check", check.total_bytes)
             if not heard:
@@ -135,7 +138,9 @@ class Verification:
             start = fs.scan_start(store.commitlog, start)  # a start inside a record: the next record, as the commit log check does
         if cross:
             self.cross_checks_shared = shared is not None and shared.result(logical_end) is not None
-            timer_walk = shared.timer_walk() if shared is not None else timer_walk
+            timer_walk = shared.timer_walk() if shared is not None else None
+            if timer_walk is None and shared is not None and shared.timer is not None and store.is_dledger:
+                timer_walk = self._timer_walk(start)  # a DLedger log's walk not followed whole: the cross-checks' walk feeds a new one
             self.cross_checks_threaded = self.cross_checks_shared and shared.threaded
             if self.cross_checks_shared:
                 self.cross_checks = shared.checks.checks
