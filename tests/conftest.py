@@ -257,6 +257,33 @@ def ahead_on_small_segments(monkeypatch):
     monkeypatch.setattr(dispatch, "AHEAD_MIN_SEGMENT", 0)
 
 
+@pytest.fixture
+def log_walk_starts(monkeypatch):
+    """The walks of the commit log that start in its first segment, each named by the function that began it: every
+    ``fastscan.FastScan`` made to start there (``LogStream``, ``MessageScan``, the DLedger check's walk of its first file, a
+    dispatch scan) and the commit log check's ``analyze_segment`` of the first segment (``verify.commitlog``). A walk going
+    on from a later segment (past damage, the next DLedger file) is the same walk, not counted."""
+    import mqtool.verify.commitlog as log_check
+    from mqtool.store import fastscan
+
+    starts: list[str] = []
+    made, analyze = fastscan.FastScan.__init__, log_check.analyze_segment
+
+    def counted_init(self, commitlog, start=None, stop=None, **kw):
+        if commitlog.segments and (start is None or start < commitlog.segments[0].end_offset):
+            starts.append(sys._getframe(1).f_code.co_name)
+        made(self, commitlog, start, stop, **kw)
+
+    def counted_analyze(task, *args, **kw):
+        if task.index == 0:
+            starts.append("analyze_segment")
+        return analyze(task, *args, **kw)
+
+    monkeypatch.setattr(fastscan.FastScan, "__init__", counted_init)
+    monkeypatch.setattr(log_check, "analyze_segment", counted_analyze)
+    return starts
+
+
 def parse_host(text: str) -> tuple[bytes, int]:
     """``ip:port`` (IPv6 in brackets, compressed or Java's long form) as address bytes and port."""
     import ipaddress

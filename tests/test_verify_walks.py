@@ -1,0 +1,75 @@
+"""Issue #29: a full ``verify`` walks the commit log once. The commit log check's walk (``CommitLogCheck``, or a DLedger log's
+``DLedgerLogCheck``) feeds the cq and index checks (``sharedwalk.SharedWalk``), the timer check, and what the LMQ and batch
+consume queue checks hold their queues against (``Verification._riders``); the findings are those of the checks walking
+alone (``verification.SHARE_WALK`` off)."""
+
+from __future__ import annotations
+
+import pytest
+
+import mqtool.verify.verification as verification
+from conftest import store_path
+from mqtool.store import Store
+from mqtool.verify import Verification, VerifyOptions
+
+DLEDGER = [("4.9.7", "dledger-small"), ("4.9.7", "dledger-crashed"), ("5.3.3", "dledger-small"), ("5.3.3", "dledger-crashed"),
+           ("5.3.3", "dledger-crashed-cqloss")]
+
+
+def _verify(root, checks=None) -> tuple[list[dict], dict, bool]:
+    with Store.open(root) as store:
+        run = Verification(store, VerifyOptions(checks=checks) if checks else VerifyOptions())
+        findings = [f.as_dict() for f in run.findings()]
+        summary = run.summary.as_dict()
+    return findings, {k: v for k, v in summary.items() if k not in ("elapsed_s", "throughput_bytes_per_s")}, run.cross_checks_shared
+
+
+@pytest.mark.parametrize("version,name", [("4.9.7", "dledger-small"), ("5.3.3", "dledger-small")])
+def test_a_dledger_stores_verify_walks_its_log_once(version, name, log_walk_starts):
+    """Before, the DLedger check walked the data files and the cq and index checks walked the log again (``LogStream``):
+    two walks from the first file. Now the DLedger check's walk of each file feeds them inline (``SharedWalk.entry_rows``)."""
+    findings, summary, shared = _verify(store_path(version, name))
+    assert log_walk_starts == ["analyze_data_file"]
+    assert shared
+    assert summary["consume_queues"]["entries"] > 0 and summary["index"]["entries"] > 0
+
+
+def test_an_lmq_stores_verify_walks_its_log_once(log_walk_starts):
+    """Before, the LMQ check walked the log on its own (``MessageScan`` over a ``LogStream``) after the commit log check's
+    walk; now what the LMQ queues are owed rides the cq check's walk (``lmq.LmqExpected``)."""
+    findings, summary, shared = _verify(store_path("5.3.3", "lmq-small"))
+    assert log_walk_starts == ["analyze_segment"]
+    assert shared and findings == []
+    assert summary["notes"] == ["6 LMQ queue(s) checked against the records' INNER_MULTI_DISPATCH, 323 entries"]
+
+
+@pytest.mark.parametrize("checks", [None, ("cq",), ("commitlog", "timer"), ("cq", "index")], ids=["full", "cq", "commitlog,timer", "cq,index"])
+@pytest.mark.parametrize("version,name", [*DLEDGER, ("5.3.3", "lmq-small")])
+def test_the_shared_walk_finds_what_the_checks_walking_alone_find(version, name, checks, monkeypatch):
+    """The findings, their order and the summary of each check reading the one walk equal those of each walking the log
+    itself; on damage DLedger's recovery keeps (the walk goes on past it, ``SharedWalk.entry_end``) the cross-checks walk
+    again, as before."""
+    root = store_path(version, name)
+    shared = _verify(root, checks)
+    monkeypatch.setattr(verification, "SHARE_WALK", False)
+    alone = _verify(root, checks)
+    assert shared[:2] == alone[:2]
+    assert not alone[2]
+
+
+def test_past_a_damaged_record_dledger_keeps_the_cross_checks_walk_again(store_copy, monkeypatch):
+    """A record inside a sound entry damaged (its TOTALSIZE one more): DLedger's recovery keeps the entry and the log after
+    it, and ``LogStream`` walks on from the next entry, its batches sized anew. The shared walk does not follow that
+    (``SharedWalk.entry_end``): the cross-checks walk again, and the findings are those of the checks walking alone."""
+    from conftest import manifest
+
+    e = manifest("5.3.3", "dledger-small")["messages"][300]["dledgerEntry"]
+    root = store_copy("5.3.3", "dledger-small")
+    with open(root / "dledger-n0" / e["file"], "r+b") as f:
+        f.seek(e["filePosition"] + 48)
+        f.write((e["bodySize"] + 1).to_bytes(4, "big"))
+    shared = _verify(root)
+    assert not shared[2]
+    assert [f["kind"] for f in shared[0] if f["kind"].startswith("dledger-record")] == ["dledger-record"]
+    monkeypatch.setattr(verification, "SHARE_WALK", False)
+    assert _verify(root)[:2] == shared[:2]
