@@ -13,6 +13,7 @@ import subprocess
 import sys
 from argparse import Namespace
 from collections import Counter
+from functools import lru_cache
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -48,7 +49,9 @@ def options(out: Path, brokers=BROKERS, **kw) -> job.JobOptions:
     )
 
 
+@lru_cache(maxsize=None)
 def dump_rows(version: str, name: str) -> list[dict]:
+    """``mqtool dump`` of a fixture store (read only: the same store is compared in several tests)."""
     result = runner.invoke(app, ["dump", str(store_path(version, name)), "--format", "jsonl", "--body", "sha256"])
     assert result.exit_code == 0, result.output
     return [json.loads(line) for line in result.stdout.splitlines()]
@@ -137,7 +140,9 @@ def test_the_tasks_writer_keeps_the_schema_when_nothing_matches(spark, tmp_path)
     assert spark.read.parquet(str(tmp_path / "messages")).count() == 0
 
 
+@lru_cache(maxsize=None)
 def info_doc(path) -> dict:
+    """``mqtool info`` of a fixture store (read only: each is compared in both split sizes)."""
     result = runner.invoke(app, ["info", str(path), "--format", "json"])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
