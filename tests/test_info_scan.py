@@ -4,6 +4,10 @@ damaged copies (the end at damage, its reason and words, the records counted).""
 
 from __future__ import annotations
 
+import shutil
+from functools import lru_cache
+from pathlib import Path
+
 import pytest
 from conftest import FIXTURES, VERSIONS, copy_store, manifest
 
@@ -17,6 +21,13 @@ STORES = sorted(p for p in FIXTURES.glob("rocketmq-*/*") if p.is_dir())  # every
 def compiled_end(store: Store, start: int):
     scan = FastScan(store.commitlog, start, check_crc=True, stop_on_crc=True)
     return sum(len(b.rows) for b in scan), scan.end
+
+
+@lru_cache(maxsize=None)
+def reference_end(root: Path, start: int):
+    """``compiled_end`` of a store no test writes, walked once for all the variants (limits, CPUs, walks) compared with it."""
+    with Store.open(root) as store:
+        return compiled_end(store, start)
 
 
 def starts(store: Store) -> set[int]:
@@ -47,7 +58,7 @@ def test_logical_end_equals_the_compiled_walk_on_every_fixture(root, limit, monk
     monkeypatch.setattr(summary, "SCHEMA_SCAN_RECORDS", limit)
     with Store.open(root) as store:
         for start in starts(store):
-            assert summary.logical_end(store, start) == compiled_end(store, start)
+            assert summary.logical_end(store, start) == reference_end(root, start)
 
 
 def _damage(path, kind: str, m: dict) -> None:
@@ -75,20 +86,37 @@ def _damage(path, kind: str, m: dict) -> None:
 REASONS = {"crc": StopReason.CRC, "zeros": StopReason.ZEROS, "magic": StopReason.CORRUPT, "length": StopReason.LENGTH_MISMATCH}
 
 
+@pytest.fixture(scope="module")
+def damaged_copy(tmp_path_factory):
+    """clean-small of ``version`` with one record damaged (``kind``, ``place`` of the way in), copied and damaged once
+    for the six walks of it (CPUs × windows), which only read it: (its root, the damaged record's manifest entry)."""
+    made: dict[tuple, tuple[Path, dict]] = {}
+    folder = tmp_path_factory.mktemp("damaged")
+
+    def damaged(version: str, kind: str, place: float) -> tuple[Path, dict]:
+        if (version, kind, place) not in made:
+            root = copy_store(version, "clean-small", folder / f"{kind}-{place}")
+            messages = manifest(version, "clean-small")["messages"]
+            victim = messages[int(len(messages) * place)]
+            _damage(root, kind, victim)
+            made[version, kind, place] = root, victim
+        return made[version, kind, place]
+
+    yield damaged
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.mark.parametrize("place", [1 / 4, 3 / 4])
 @pytest.mark.parametrize("kind", list(REASONS))
 @pytest.mark.parametrize("version", VERSIONS)
-def test_logical_end_at_damage_equals_the_compiled_walk(tmp_path, version, kind, place, monkeypatch, cpus, walk):
-    root = copy_store(version, "clean-small", tmp_path)
-    messages = manifest(version, "clean-small")["messages"]
-    victim = messages[int(len(messages) * place)]
-    _damage(root, kind, victim)
+def test_logical_end_at_damage_equals_the_compiled_walk(damaged_copy, version, kind, place, monkeypatch, cpus, walk):
+    root, victim = damaged_copy(version, kind, place)
     for limit in (summary.SCHEMA_SCAN_RECORDS, 100):
         monkeypatch.setattr(summary, "SCHEMA_SCAN_RECORDS", limit)
         with Store.open(root) as store:
             for start in starts(store):
                 got = summary.logical_end(store, start)
-                assert got == compiled_end(store, start)
+                assert got == reference_end(root, start)
                 if start <= victim["commitLogOffset"]:  # else the walk starts after the damage
                     assert got[1].offset == victim["commitLogOffset"] and got[1].reason == REASONS[kind]
 
