@@ -8,6 +8,7 @@ of recorded batch are read back: spilled by the recording, and spilled ahead and
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +79,16 @@ def plan_doc(path: Path, command: str, shared_from: int, monkeypatch, cache: Dis
     return doc
 
 
+@lru_cache(maxsize=None)
+def shared_recover(version: str, name: str) -> tuple[dict, int]:
+    """``recover``'s plan of a fixture store with its scans shared, and the scans read back for it: planned once for
+    the two tests that read it (read only)."""
+    with pytest.MonkeyPatch.context() as mp:
+        counted = Counted(mp)
+        doc = plan_doc(store_path(version, name), "recover", 0, mp)
+    return doc, counted.replayed
+
+
 def test_some_fixture_stores_are_undecided():
     assert len(UNDECIDED) >= 10 and ("4.4.0", "crashed-small") in UNDECIDED and ("5.3.3", "lmq-small") in UNDECIDED
 
@@ -90,18 +101,14 @@ def test_shared_scans_plan_what_separate_scans_plan(version, name, monkeypatch):
         before = counted.recorded, counted.replayed
         separate = plan_doc(path, command, 1 << 62, monkeypatch)
         assert (counted.recorded, counted.replayed) == before  # scans of their own
-        assert plan_doc(path, command, 0, monkeypatch) == separate, command
+        shared = shared_recover(version, name)[0] if command == "recover" else plan_doc(path, command, 0, monkeypatch)
+        assert shared == separate, command
 
 
-def test_later_candidates_read_the_first_ones_scans_back(monkeypatch):
+def test_later_candidates_read_the_first_ones_scans_back():
     """Where the candidates scan alike, the later ones read the scans back (a 5.3.2+ normal recovery
     starts elsewhere than an earlier one, so those candidates scan apart)."""
-    replayed = []
-    for version, name in UNDECIDED:
-        counted = Counted(monkeypatch)
-        plan_doc(store_path(version, name), "recover", 0, monkeypatch)
-        if counted.replayed:
-            replayed.append((version, name))
+    replayed = [(version, name) for version, name in UNDECIDED if shared_recover(version, name)[1]]
     assert {("4.4.0", "crashed-small"), ("5.0.0", "crashed-small")} <= set(replayed)
     assert len(replayed) >= len(UNDECIDED) // 2
 
