@@ -1,7 +1,7 @@
 """The compiled text encoder (``BatchText``) writes, for every fixture record, the bytes
 ``json.dumps`` and ``csv.writer`` write for ``message_dict``'s row (as ``cli/output.py`` does):
-JSON Lines, JSON array items and CSV, bodies absent and as text (escapes, replacement characters),
-whole batches and slices of them."""
+JSON Lines, JSON array items and CSV, bodies as text (escapes, replacement characters) and, in each
+version's clean-small, absent; whole batches and slices of them."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ from mqtool.scan.text import BatchText, TextFormat
 from mqtool.store import Store
 
 STORES = sorted(FIXTURES.glob("rocketmq-*/*.manifest.json"))
+# bodies as text in every store; absent (every other field as with them) in each version's clean-small
+BODIES = {p: (BodyEncoding.none, BodyEncoding.utf8) if p.name == "clean-small.manifest.json" else (BodyEncoding.utf8,) for p in STORES}
 
 
 def expected_lines(rows: list[dict]) -> dict[TextFormat, list[str]]:
@@ -43,14 +45,19 @@ def test_text_equals_json_and_csv_of_message_dict_on_every_fixture_record(manife
         as_dict = lambda r, body: message_dict(r, body, legacy_properties=store.legacy_properties, delay_table=store.delay_table)  # noqa: E731
         encoders = {fmt: BatchText(MESSAGE_FIELDS, fmt) for fmt in TextFormat}
         seen = 0
-        for body in (BodyEncoding.none, BodyEncoding.utf8):
+        for body in BODIES[manifest_path]:
             for batch in MessageScan(store, body=body, columns=MESSAGE_FIELDS, stop_on_crc=False, batch=400):
                 lines = expected_lines([as_dict(store.commitlog.read_record(o), body) for o in batch.column("offset").to_pylist()])
                 for fmt, encoder in encoders.items():
                     assert encoder.encode(batch).tobytes().decode() == "".join(lines[fmt]), (body, fmt)
                     assert encoder.encode(batch.slice(5, 150)).tobytes().decode() == "".join(lines[fmt][5:155]), (body, fmt)
                 seen += batch.num_rows
-        assert seen == 2 * sum(1 for _ in store.commitlog.scan()) > 0
+        assert seen == len(BODIES[manifest_path]) * sum(1 for _ in store.commitlog.scan()) > 0
+
+
+def test_every_version_is_written_with_bodies_absent_too():
+    assert {p.parent.name for p, bodies in BODIES.items() if BodyEncoding.none in bodies} == {p.parent.name for p in STORES}
+    assert all(BodyEncoding.utf8 in bodies for bodies in BODIES.values())
 
 
 def test_integers_at_every_digit_count_and_the_int64_extremes():
