@@ -101,10 +101,6 @@ def test_default_backup_names_sort_as_the_applies_ran_across_a_second(monkeypatc
             return next(readings)
 
         @staticmethod
-        def time_ns():
-            return int(round(next(readings) * 1000)) * 1_000_000
-
-        @staticmethod
         def gmtime(seconds=None):
             return real_time.gmtime(next(readings) if seconds is None else seconds)
 
