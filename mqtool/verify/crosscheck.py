@@ -17,6 +17,7 @@ from ..store import fastscan as fs
 from ..dispatch.scanner import TopicTable
 from ..dispatch.fastdispatch import delay_array
 from ..dispatch.topicnumbers import TopicNumbers
+from ..formats.dispatch import INDEX_NONE
 from .columns import ColumnBuilder
 from .consumequeue import ConsumeQueueCheck
 from .findings import Finding
@@ -54,10 +55,14 @@ class CrossChecks:
         self.names: dict[bytes, str] = {}
         self.topics, self.delay_ms = TopicTable(), delay_array(dict(store.delay_table))
         self.numbers = TopicNumbers(self.topics)  # raw topics to ids, for every batch of the walk
+        # the store's rules read once, not a batch at a time (``Store.rules`` makes them anew on every read);
+        # without the index check no dispatch hashes an index key (``INDEX_NONE``): only that check reads them
+        self.legacy = store.legacy_properties
+        self.index_rule = store.rules.index_rule if "index" in cross else INDEX_NONE
 
     def column_builder(self, capacity: int) -> ColumnBuilder:
         """A ``columns.ColumnBuilder`` for the next batch."""
-        return ColumnBuilder(self.numbers, self.delay_ms, self.store.legacy_properties, capacity, self.store.rules.index_rule)
+        return ColumnBuilder(self.numbers, self.delay_ms, self.legacy, capacity, self.index_rule)
 
     def begin(self) -> Iterator[Finding]:
         """The checks made (into ``checks``, the same list); their findings before any record
@@ -77,7 +82,7 @@ class CrossChecks:
         """One batch of valid records; its findings. Each check joins the batch's record columns
         (``columns.py``; ``columns`` when already built) with its files; a batch a join declines
         (or whose columns the compiled dispatch could not decide) is reported record by record."""
-        legacy = self.store.legacy_properties
+        legacy = self.legacy
         if columns is None:
             builder = self.column_builder(batch.rows.shape[0])
             builder.add(batch.array, batch.rows)
