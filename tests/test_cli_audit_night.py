@@ -133,13 +133,18 @@ def test_ctrl_c_in_a_row_on_the_terminal_puts_the_error_on_a_line_of_its_own():
 
 def test_restore_given_the_store_names_the_backups_to_give(tmp_path):
     """``restore STORE`` (the store recovered, not its backup) said "not an mqtool backup (no manifest.json)" and
-    nothing of where the backup is: it names the store's backups, newest first, and a command that pastes."""
+    nothing of where the backup is: it names the store's backups, newest first, and a command that pastes. A backup
+    folder still being built (``.mqtool-tmp``: an apply killed after its manifest, before its rename, changed nothing)
+    is no backup: before, it was named first, as the newest."""
     store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
     res = run("recover", store, "--yes")
     assert res.exit_code == 0, res.stderr
     undo = res.stderr.strip().splitlines()[-1]
     backup = Path(shlex.split(undo.removeprefix("mqtool: undo with: "))[2])
     assert backup.parent == tmp_path / "on call" / ".mqtool-backups" and (backup / "manifest.json").is_file()
+    building = backup.parent / "on call-29991231T000000000-rebuild-index.mqtool-tmp"
+    building.mkdir()
+    (building / "manifest.json").write_bytes((backup / "manifest.json").read_bytes())
     recovered = sorted((p.relative_to(store), p.read_bytes()) for p in store.rglob("*") if p.is_file())
     res = run("restore", store, "--yes")
     assert res.exit_code == 3
@@ -147,6 +152,8 @@ def test_restore_given_the_store_names_the_backups_to_give(tmp_path):
                           f"store's in '{backup.parent}', newest first: {backup.name} (without --yes it shows what it would put back: "
                           f"mqtool restore '{backup}')\n")
     assert sorted((p.relative_to(store), p.read_bytes()) for p in store.rglob("*") if p.is_file()) == recovered
+    res = run("restore", backup.parent, "--yes")
+    assert res.exit_code == 3 and res.stderr.endswith(f"a folder of backups ({backup.name}), not one: restore each alone, newest first\n")
     assert run("restore", backup, "--yes").exit_code == 0
 
 

@@ -750,7 +750,7 @@ def _restore_set(backup: Path, *, yes: bool, force: bool, fmt: OutputFormat, sho
     stage = f"stage {backup.name}: " if shown else ""
     if not (backup / "manifest.json").exists() and any((backup / part).exists() for part in STORE_PARTS):
         raise BadInput(_a_store_given_to_restore(backup))
-    if backup.is_dir() and not (backup / "manifest.json").exists() and (held := sorted(p.name for p in backup.iterdir() if (p / "manifest.json").is_file() or repair_stages(p))):
+    if backup.is_dir() and not (backup / "manifest.json").exists() and (held := sorted(p.name for p in backup.iterdir() if _a_backup(p))):
         raise BadInput(f"{backup}: a folder of backups ({', '.join(held[:3])}{', ...' if len(held) > 3 else ''}), not one: restore each alone, newest first")
     backup_set = BackupSet.open(backup)
     summary = backup_set.summary()
@@ -797,10 +797,15 @@ def _refuse_another_pending(root: Path, backup: Path) -> None:
                   f"{interrupted_apply_ways(root, pending)}")
 
 
+def _a_backup(path: Path) -> bool:
+    """A backup set or a repair's stages; not a folder still being built (``.mqtool-tmp``: killed before its rename, nothing changed)."""
+    return not path.name.endswith(TMP_SUFFIX) and ((path / "manifest.json").is_file() or bool(repair_stages(path)))
+
+
 def _a_store_given_to_restore(store: Path) -> str:
     """``restore STORE``: a store, not a backup; its default folder's backups, newest first."""
     folder = store.resolve().parent / BACKUPS_DIR
-    held = newest_first([p for p in sorted(folder.glob(f"{glob.escape(store.resolve().name)}-*")) if (p / "manifest.json").is_file() or repair_stages(p)])
+    held = newest_first([p for p in sorted(folder.glob(f"{glob.escape(store.resolve().name)}-*")) if _a_backup(p)])
     said = f"{store}: a store, not a backup: give restore the backup directory a repair command named"
     if not held:
         return f"{said} (this store has none in {folder})"
