@@ -274,6 +274,7 @@ def test_a_backup_folder_that_cannot_be_made_says_to_give_another(command, tmp_p
     result = run(command, store, "--yes")
     said = " ".join(result.stderr.split())
     assert result.exit_code == EXIT_BAD_INPUT and "nothing was changed: give a --backup-dir where it can be written" in said, result.stderr
+    assert ".mqtool-tmp" not in said, result.stderr  # the folder it would make, not the temporary name it builds it under
     assert snapshot(store) == before and read_pending(store) is None
 
 

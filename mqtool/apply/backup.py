@@ -244,12 +244,15 @@ class BackupSet:
             if building != top:
                 os.rename(building, top)
                 fsync_dir(top.parent)
-        except BaseException:  # OSError, or Ctrl-C before the manifest is there
+        except BaseException as exc:  # OSError, or Ctrl-C before the manifest is there
             if building != top:
                 shutil.rmtree(building, ignore_errors=True)
             for d in made:  # the directories made for it, deepest first: a backup that could not start leaves none
                 with contextlib.suppress(OSError):
                     d.rmdir()
+            said = Path(exc.filename) if isinstance(exc, OSError) and exc.filename is not None else None
+            if said is not None and building != top and (said == building or building in said.parents):
+                exc.filename = str(top / said.relative_to(building))  # the folder asked for, not its temporary name
             raise
         return cls(directory, store_root.resolve(), manifest, Journal(directory / "journal.jsonl"), made=made)
 
