@@ -47,11 +47,12 @@ def work_path(store_root: Path, target: Path) -> Path:
 
 
 def default_backup_dir(store_root: Path, command: str) -> Path:
-    """``<store>-<UTC time to the millisecond>-<command>`` beside the store: names sort as the applies ran (one clock
-    reading: a second and its milliseconds read apart named an apply at .999 after the next one's .000)."""
+    """``<store>-<UTC time to the millisecond>-<command>`` beside the store, the second and its milliseconds from one clock
+    reading, so that names sort as the applies ran."""
     seconds, millis = divmod(int(time.time() * 1000), 1000)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(seconds)) + f"{millis:03d}"
-    return store_root.resolve().parent / BACKUPS_DIR / f"{store_root.resolve().name}-{stamp}-{command}"
+    root = store_root.resolve()
+    return root.parent / BACKUPS_DIR / f"{root.name}-{stamp}-{command}"
 
 
 def refuse_backup_inside(root: Path, backup_dir: Path) -> None:

@@ -42,7 +42,7 @@ class LmqExpected:
         # read them while another thread assumes a release (``each_candidate``)
         self.rule, self.npe = store.rules.lmq_rule, store.no_properties_npe
         self.expected: dict[tuple[str, int], dict[int, tuple[int, int, int]]] = {}
-        self._throws: list[DispatchThrows | int] = []  # an int: a record read as property-less, read whole in ``result``
+        self._throws: list[DispatchThrows | int] = []  # an int: a record read as property-less, read whole in ``throws``
         self._builder = MessageScan(store, columns=_COLUMNS, walk=())  # builds the columns of another walk's batches
 
     def add(self, segment_batch) -> None:
