@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 import mqtool.verify.verification as verification
-from conftest import store_path
+from conftest import ALL_VERSIONS, store_path
 from mqtool.store import Store
 from mqtool.verify import Verification, VerifyOptions
 
@@ -73,3 +73,36 @@ def test_past_a_damaged_record_dledger_keeps_the_cross_checks_walk_again(store_c
     assert [f["kind"] for f in shared[0] if f["kind"].startswith("dledger-record")] == ["dledger-record"]
     monkeypatch.setattr(verification, "SHARE_WALK", False)
     assert _verify(root)[:2] == shared[:2]
+
+
+def _verify_scanning_for_throws(root, monkeypatch) -> tuple[list[dict], dict]:
+    """``_verify`` with the stall scan ``lmq.stall_throw`` always run (the shared walk's dispatch not offered)."""
+    from mqtool.verify.sharedwalk import SharedWalk
+
+    with monkeypatch.context() as m:
+        m.setattr(SharedWalk, "dispatched", lambda self, logical_end: None)
+        return _verify(root)[:2]
+
+
+@pytest.mark.parametrize("version", [v for v in ALL_VERSIONS if tuple(map(int, v.split("."))) >= (4, 9, 2)])  # LMQ's dispatch
+def test_a_crashed_stores_verify_walks_its_log_once(version, log_walk_starts, monkeypatch):
+    """Before, where the next start re-dispatches (an abort file), saying where it stops (``lmq.stall_throw``: a record whose
+    dispatch throws) scanned the log again from where it re-dispatches (``DispatchScanner._walk``), after the walk had
+    dispatched every record. Now the walk's dispatch says that no record there can throw (none with multi-dispatch
+    properties, none without properties): no scan, and the findings and the summary's next start are those the scan gives."""
+    root = store_path(version, "crashed-small")
+    findings, summary, shared = _verify(root)
+    assert log_walk_starts == ["analyze_segment"] and shared
+    log_walk_starts.clear()
+    assert _verify_scanning_for_throws(root, monkeypatch) == (findings, summary)
+    assert log_walk_starts == ["analyze_segment", "_walk"]
+
+
+def test_where_records_may_throw_the_next_starts_stall_is_still_scanned_for(store_copy, log_walk_starts, monkeypatch):
+    """An LMQ store (records with INNER_MULTI_DISPATCH) made crashed by an abort file: the walk's dispatch saw records that may
+    throw in the range the next start re-dispatches, so the stall scan runs as before, with the same findings."""
+    root = store_copy("5.3.3", "lmq-small")
+    (root / "abort").write_bytes(b"")
+    findings, summary, shared = _verify(root)
+    assert log_walk_starts == ["analyze_segment", "_walk"] and shared
+    assert _verify_scanning_for_throws(root, monkeypatch) == (findings, summary)

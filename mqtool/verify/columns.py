@@ -33,6 +33,7 @@ class RecordColumns:
     store_ts: np.ndarray
     tags: np.ndarray  # consume queue tags code
     key_counts: np.ndarray  # index keys per record (0 for ROLLBACK)
+    flags: np.ndarray  # ``fastdispatch.FLAG_*`` of each record
     keys: np.ndarray  # index key hashes, record after record in put order
     topics: TopicTable
     fallback: bool  # some record needs the Python decoder
@@ -71,6 +72,6 @@ class ColumnBuilder:
         offsets = np.empty(n, dtype=np.int64)
         fallback = finish_columns(out, n, base_offset, topic_ids, self.topics.state, POW31, self.keys, offsets)
         return RecordColumns(offsets=offsets, sizes=out[:, fd.F_SIZE], topic_ids=topic_ids, queue_ids=out[:, fd.F_QUEUE_ID],
-                             queue_offsets=out[:, fd.F_QUEUE_OFFSET], sys_flags=out[:, fd.F_SYS_FLAG], store_ts=out[:, fd.F_STORE_TS],
+                             queue_offsets=out[:, fd.F_QUEUE_OFFSET], sys_flags=out[:, fd.F_SYS_FLAG], store_ts=out[:, fd.F_STORE_TS], flags=out[:, fd.F_FLAGS],
                              tags=out[:, fd.F_TAGS], key_counts=out[:, fd.F_KEY_COUNT], keys=self.keys[: self.key_fill], topics=self.topics,
                              fallback=bool(fallback))

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 from itertools import groupby
-from typing import Callable, Generator, Iterator
+from typing import Callable, Generator, Iterator, NamedTuple
 
+from ..dispatch import fastdispatch as fd
 from ..formats.dispatch import (LMQ_PREFIX, NO_MULTI_DISPATCH, DispatchThrows, LmqNotifyThrows, LmqOffsetThrows, NoPropertiesThrows,
                                 multi_dispatch_targets)
 from ..store import Store
@@ -143,18 +144,37 @@ def reput_notifies(store: Store) -> bool:
     return store.config.reput_notifies and any(notifying)
 
 
-def stall_throw(store: Store, stop: int) -> tuple[DispatchThrows, str] | None:
+class Dispatched(NamedTuple):
+    """What a walk that dispatched every record of the chain ``[start, end)`` saw (``SharedWalk.dispatched``): the offset of
+    the last record whose dispatch flags (``THROW_FLAGS``) let a dispatch or notify throw, -1 for none."""
+
+    start: int
+    end: int
+    last_flagged: int
+
+
+# a record only throws with multi-dispatch properties (``consume_queue_entries``, ``first_notify_throw``) or none at all
+# (``NoPropertiesThrows``); one the compiled dispatch leaves to Python is not known not to
+THROW_FLAGS = fd.FLAG_MULTI_DISPATCH | fd.FLAG_NO_PROPERTIES | fd.FLAG_FALLBACK
+
+
+def stall_throw(store: Store, stop: int, dispatched: Callable[[], Dispatched | None] | None = None) -> tuple[DispatchThrows, str] | None:
     """The first record the next start dispatches (``redispatch.redispatch_start``, up to ``stop``, its end) whose dispatch,
     or reput notify (``reput_notifies``), throws, with ``next_start_stall``'s how, found as the planners find it
     (``dispatch.scanner.first_throw``, compiled); None where there is none, and unread where none can be: multi-dispatch
-    off (``Store.multi_dispatch``: what the records ask for where nothing says, the throw then undecided) and no notify."""
+    off (``Store.multi_dispatch``: what the records ask for where nothing says, the throw then undecided) and no notify,
+    or ``dispatched()`` saw every record of that range with no flag to throw on (verify's one walk: no second)."""
     from ..store.redispatch import dispatching_recovery, redispatch_start
 
     rules, notify = store.rules, reput_notifies(store)
     if not (store.multi_dispatch or notify) or rules.lmq_rule == NO_MULTI_DISPATCH:
         return None
     first = min((s for s in each_candidate(store, lambda s: redispatch_start(s)[0]) if s is not None), default=None)
-    if first is None or max(first, store.commitlog.min_offset) >= stop:
+    first_read = None if first is None else max(first, store.commitlog.min_offset)
+    if first_read is None or first_read >= stop:
+        return None
+    seen = dispatched() if dispatched is not None else None
+    if seen is not None and seen.start <= first_read and stop <= seen.end and seen.last_flagged < first_read:
         return None
     from ..dispatch.scanner import TAGS_DELIVERY_TIME, MultiDispatch, after_phys, first_notify_throw, first_throw, phase_scanner  # compiled
     from ..store.resync import record_start
@@ -178,12 +198,12 @@ def stall_throw(store: Store, stop: int) -> tuple[DispatchThrows, str] | None:
     return None if how is None else (pending, how)
 
 
-def with_stall(store: Store, found: NextStart | None) -> NextStart | None:
+def with_stall(store: Store, found: NextStart | None, dispatched: Callable[[], Dispatched | None] | None = None) -> NextStart | None:
     """``found`` (``store.nextstart.next_start``) with where a start that ends the log at its end stops (``stall_of`` the
     ``stall_throw``, or None): every command that says where the next start ends (``info``, ``verify``, ``salvage``) says this one."""
     if found is None or found.logical_end is None:
         return found
-    throw = stall_throw(store, found.logical_end)
+    throw = stall_throw(store, found.logical_end, dispatched)
     return replace(found, stall=None if throw is None else stall_of(*throw))
 
 

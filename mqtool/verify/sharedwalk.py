@@ -33,6 +33,7 @@ from ..store.commitlog import ScanEnd, StopReason
 from . import logstream
 from .crosscheck import CrossCheckOutcome, CrossChecks
 from .findings import Finding, replay_spilled
+from .lmq import THROW_FLAGS, Dispatched
 from ..store.segments import ChainReader, Run, SegmentTask
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ class SharedWalk(ChainReader):
         self.riders = riders or {}  # what reads the checked batches besides the checks (``Verification._riders``)
         self.segments = store.commitlog.segments
         self.checks = CrossChecks(store, cross, start, None, store.commitlog.end_of_files, verification.options.index_files)
+        self.start = start
+        self.last_flagged = -1  # the offset of the last record dispatched with a ``THROW_FLAGS`` flag (``dispatched``)
         self.outcome = CrossCheckOutcome()
         self.next_index = store.commitlog.segment_index(start) if self.segments else None
         self.base = 0
@@ -225,7 +228,11 @@ class SharedWalk(ChainReader):
         if self.dispatching:
             if deferred:
                 builder.add(array, rows)
-            for finding in self.checks.feed(segment, builder.build(base)):
+            columns = builder.build(base)
+            flagged = np.flatnonzero(columns.flags & THROW_FLAGS)
+            if flagged.size:
+                self.last_flagged = int(columns.offsets[flagged[-1]])
+            for finding in self.checks.feed(segment, columns):
                 self.pending.append(finding)
                 if len(self.pending) >= CHUNK:
                     self._spill()
@@ -264,6 +271,12 @@ class SharedWalk(ChainReader):
         if not self.verification.store.is_dledger and end.unread_by_broker(self.verification.broker_start()):
             return None  # ``LogStream`` would resume after this damage: the broker reads on
         return self
+
+    def dispatched(self, logical_end: int | None) -> Dispatched | None:
+        """The chain's records as the cq and index checks' dispatch saw them (``lmq.stall_throw``), where ``result`` stands."""
+        if not self.dispatching or self.result(logical_end) is None:
+            return None
+        return Dispatched(self.start, self.stream_end.offset, self.last_flagged)
 
     def timer_walk(self) -> "TimerWalk | None":
         """The timer check's walk (``timer``) where it was fed the whole chain, to where it ends: the batches of the scan

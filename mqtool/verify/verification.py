@@ -131,7 +131,8 @@ class Verification:
                 last_timestamp, records, logical_end = result.last_timestamp, result.records, result.logical_end
                 self.last_timestamp = last_timestamp
             if opts.from_offset is None and not store.is_dledger:
-                self._settle_next_start(check.broker_walk(store.config.check_crc_on_recover))
+                dispatched = None if shared is None else (lambda: shared.dispatched(logical_end))
+                self._settle_next_start(check.broker_walk(store.config.check_crc_on_recover), dispatched)
         if summary.next_start is None and {"commitlog", "cq", "index"} & set(opts.checks):
             self._settle_next_start(None)
         if cross and opts.from_offset is not None and start > store.commitlog.min_offset:
@@ -236,15 +237,15 @@ class Verification:
         walk.end = start
         return walk
 
-    def _settle_next_start(self, walked: tuple[int, ScanEnd] | None) -> None:
+    def _settle_next_start(self, walked: tuple[int, ScanEnd] | None, dispatched=None) -> None:
         """``summary.next_start``: the broker's next start (``store.nextstart``), from the
         commit log check's walk where it made one (no second walk of the log), with where a
-        record whose dispatch throws stops it (``lmq.with_stall``); the logical end the summary
-        reports is its end (``NextStart.reported_end``)."""
+        record whose dispatch throws stops it (``lmq.with_stall``; ``dispatched``: the shared walk's dispatch of the chain,
+        which spares it a scan of its own); the logical end the summary reports is its end (``NextStart.reported_end``)."""
         from ..store.nextstart import next_start
 
         walked_from, end = walked if walked is not None else (None, None)
-        found = with_stall(self.store, next_start(self.store, end, walked_from))
+        found = with_stall(self.store, next_start(self.store, end, walked_from), dispatched)
         if found is not None:
             self.summary.logical_end, self.summary.end_reason = found.reported_end(end)
             self.summary.next_start = found
