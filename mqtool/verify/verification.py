@@ -107,7 +107,6 @@ class Verification:
         records = 0
         logical_end = None
         heard = "commitlog" in opts.checks  # else the check runs only as the walk the cross-checks read (``shared``)
-        lmq = "cq" in cross and store.multi_dispatch_on
         if heard or shared is not None:
             if store.is_dledger:
                 from .dledger import DLedgerLogCheck as log_check  # DLedger modules: only for a DLedger store
@@ -159,6 +158,7 @@ class Verification:
                 summary.consume_queues, summary.consume_queue_entries = outcome.consume_queues, outcome.consume_queue_entries
             if outcome.index_files is not None:
                 summary.index_files, summary.index_entries = outcome.index_files, outcome.index_entries
+            lmq = "lmq" in self.riding  # the riders say which checks the walk fed
             if lmq:
                 line = yield from lmq_findings(store, self.riding["lmq"], outcome.end.offset, start, stop)
                 if line:
@@ -167,7 +167,7 @@ class Verification:
                 throw, how = stall_throw(store, summary.next_start.logical_end)
                 if not lmq or isinstance(throw, LmqNotifyThrows):  # else the LMQ check reported it
                     yield throw_finding(throw, how)
-            if "cq" in cross and store.batch_consume_queues:
+            if "batch" in self.riding:
                 from .batchqueue import batch_queue_findings
 
                 line = yield from batch_queue_findings(store, self.riding["batch"], outcome.end.offset, start, stop)
