@@ -611,8 +611,8 @@ def later_backups(backup_dir: Path, sets: list[BackupSet] | None = None) -> list
         for child in sorted(folder.iterdir()) if folder.is_dir() else ():
             for path in repair_stages(child) or [child]:
                 path = path.resolve()
-                if path in own or path in found or not (path / "manifest.json").is_file():
-                    continue
+                if path in own or path in found or path.name.endswith(TMP_SUFFIX) or not (path / "manifest.json").is_file():
+                    continue  # a folder still being built (killed before its rename) changed nothing
                 try:  # the manifest first; the journal only of a later backup of the same store
                     manifest = read_manifest(path)
                     same = store and os.path.realpath(manifest["store"]) == os.path.realpath(store)  # resolved again: a symlink made since
