@@ -80,7 +80,7 @@ def _verify_scanning_for_throws(root, monkeypatch) -> tuple[list[dict], dict]:
     from mqtool.verify.sharedwalk import SharedWalk
 
     with monkeypatch.context() as m:
-        m.setattr(SharedWalk, "dispatched", lambda self, logical_end: None)
+        m.setattr(SharedWalk, "stood", property(lambda self: None, lambda self, value: None), raising=False)  # nothing offered
         return _verify(root)[:2]
 
 
@@ -96,6 +96,22 @@ def test_a_crashed_stores_verify_walks_its_log_once(version, log_walk_starts, mo
     log_walk_starts.clear()
     assert _verify_scanning_for_throws(root, monkeypatch) == (findings, summary)
     assert log_walk_starts == ["analyze_segment", "_walk"]
+
+
+@pytest.mark.parametrize("version", ["4.9.7", "5.3.3"])
+def test_entries_the_next_start_rebuilds_are_said_without_a_second_walk(version, store_copy, log_walk_starts, monkeypatch):
+    """A crashed store whose queue directory is lost: the cq check says the next start rebuilds its entries unless a record
+    whose dispatch throws stops it first (``ConsumeQueueCheck.stall``), which scanned the log again; now it reads the walk's
+    dispatch too, with the same findings."""
+    import shutil
+
+    root = store_copy(version, "crashed-small")
+    shutil.rmtree(root / "consumequeue" / "TopicTest" / "0")
+    findings, summary, shared = _verify(root)
+    assert log_walk_starts == ["analyze_segment"] and shared
+    missing = [f for f in findings if f["kind"] == "cq-entry-missing"]
+    assert len(missing) == 1 and "will rebuild them on its next start" in missing[0]["message"]
+    assert _verify_scanning_for_throws(root, monkeypatch) == (findings, summary)
 
 
 def test_where_records_may_throw_the_next_starts_stall_is_still_scanned_for(store_copy, log_walk_starts, monkeypatch):

@@ -414,8 +414,10 @@ class ConsumeQueueCheck(FindingSink):
     """Feed every batch of valid records in offset order (``on_columns``, or ``on_batch`` when
     the join declines it), then ``finish``."""
 
-    def __init__(self, store: Store, *, lower: int, upper: int | None, logical_end: int, redispatch_from: int | None, redispatch_why: str):
+    def __init__(self, store: Store, *, lower: int, upper: int | None, logical_end: int, redispatch_from: int | None, redispatch_why: str,
+                 dispatched=None):
         self.store = store
+        self.dispatched = dispatched  # what the walk feeding the check dispatched (``lmq.stall_throw``), or None
         self.lower, self.upper = lower, upper
         self.logical_end = logical_end
         self.redispatch_from, self.redispatch_why = redispatch_from, redispatch_why
@@ -741,7 +743,7 @@ class ConsumeQueueCheck(FindingSink):
     @cached_property
     def stall(self):
         """The record whose dispatch throws where the start that would rebuild missing entries stops (``lmq.stall_throw``)."""
-        return stall_throw(self.store, self.logical_end)
+        return stall_throw(self.store, self.logical_end, self.dispatched)
 
     def finish(self) -> None:
         for cursor in self.cursors.values():

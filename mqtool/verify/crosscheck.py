@@ -59,6 +59,7 @@ class CrossChecks:
         # without the index check no dispatch hashes an index key (``INDEX_NONE``): only that check reads them
         self.legacy = store.legacy_properties
         self.index_rule = store.rules.index_rule if "index" in cross else INDEX_NONE
+        self.dispatched = None  # what the walk feeding the checks dispatched, once it stands (``SharedWalk``; ``lmq.stall_throw``)
 
     def column_builder(self, capacity: int) -> ColumnBuilder:
         """A ``columns.ColumnBuilder`` for the next batch."""
@@ -70,7 +71,8 @@ class CrossChecks:
         store, cross, (lower, upper, logical_end) = self.store, self.cross, self.bounds
         if "cq" in cross:
             redispatch_from, why = redispatch_start(store)
-            self.checks.append(ConsumeQueueCheck(store, lower=lower, upper=upper, logical_end=logical_end, redispatch_from=redispatch_from, redispatch_why=why))
+            self.checks.append(ConsumeQueueCheck(store, lower=lower, upper=upper, logical_end=logical_end, redispatch_from=redispatch_from, redispatch_why=why,
+                                                 dispatched=self.dispatched))
         if "index" in cross:
             cp = store.checkpoint
             self.checks.append(IndexCheck(store, lower=lower, upper=upper, logical_end=logical_end, abort_present=store.abort_present, index_msg_timestamp=cp.index_msg_timestamp if cp else None,

@@ -61,7 +61,9 @@ class SharedWalk(ChainReader):
         self.segments = store.commitlog.segments
         self.checks = CrossChecks(store, cross, start, None, store.commitlog.end_of_files, verification.options.index_files)
         self.start = start
-        self.last_flagged = -1  # the offset of the last record dispatched with a ``THROW_FLAGS`` flag (``dispatched``)
+        self.last_flagged = -1  # the offset of the last record dispatched with a ``THROW_FLAGS`` flag
+        self.stood: Dispatched | None = None  # what was dispatched, once ``result`` stands (every batch checked)
+        self.checks.dispatched = lambda: self.stood
         self.outcome = CrossCheckOutcome()
         self.next_index = store.commitlog.segment_index(start) if self.segments else None
         self.base = 0
@@ -270,13 +272,13 @@ class SharedWalk(ChainReader):
             return None
         if not self.verification.store.is_dledger and end.unread_by_broker(self.verification.broker_start()):
             return None  # ``LogStream`` would resume after this damage: the broker reads on
+        if self.dispatching and not self.verification.store.is_dledger:  # a classic chain: the records ``stall_throw`` scans
+            self.stood = Dispatched(self.start, end.offset, self.last_flagged)
         return self
 
     def dispatched(self, logical_end: int | None) -> Dispatched | None:
         """The chain's records as the cq and index checks' dispatch saw them (``lmq.stall_throw``), where ``result`` stands."""
-        if not self.dispatching or self.result(logical_end) is None:
-            return None
-        return Dispatched(self.start, self.stream_end.offset, self.last_flagged)
+        return self.stood if self.result(logical_end) is not None else None
 
     def timer_walk(self) -> "TimerWalk | None":
         """The timer check's walk (``timer``) where it was fed the whole chain, to where it ends: the batches of the scan
