@@ -165,7 +165,7 @@ def main() -> int:
         ("mqtool --help", ["--help"]),
         ("dump <fixture store> --limit 5", ["dump", str(SMALL_STORE), "-f", "jsonl", "--limit", "5"]),
     ]
-    print(f"\n| command | wall s | CPU s | k msgs/s (wall) | k msgs/s (CPU) | x plain loop (wall) | x isal.crc32 time (CPU) | peak RSS |")
+    print("\n| command | wall s | CPU s | k msgs/s (wall) | k msgs/s (CPU) | x plain loop (wall) | x isal.crc32 time (CPU) | peak RSS |")
     print("|---|---|---|---|---|---|---|---|")
     loads = [os.getloadavg()[0]]
     rates = {}

@@ -22,6 +22,8 @@ first drops the code's pages (mqtool, the venv, the standard library) from the p
 (``posix_fadvise``), as a new container starts: what that first run pays over the second is
 reading the code from disk (the store's pages stay warm, as for every other row).
 
+``verify, the store with an abort file`` runs on the store hard-linked with an abort file added: where its next start
+re-dispatches, verify also says whether a record whose dispatch throws stops it (from its one walk of the log).
 ``recover --abnormal`` runs on a crashed copy (segments hard-linked, no consume queues, no
 index, zeroed checkpoint, abort file), ``rebuild-cq`` and ``rebuild-index`` on a copy without
 consume queues / index; the copies live under ``--out`` and are deleted afterwards. ``salvage``
@@ -113,6 +115,19 @@ def rebuild_copy(base: Path, work: Path) -> Path:
     shutil.copy(base / "checkpoint", store / "checkpoint")
     if (base / "config").is_dir():
         shutil.copytree(base / "config", store / "config")
+    return store
+
+
+def aborted_copy(base: Path, work: Path) -> Path:
+    """The store as a broker killed after writing it leaves it, for ``verify`` (which only reads it): every file hard-linked,
+    and an abort file, so that its next start re-dispatches from the checkpoint's segment (an incident's first ``verify``)."""
+    shutil.rmtree(work, ignore_errors=True)
+    store = work / "store"
+    for path in sorted(base.rglob("*")):
+        if path.is_file():
+            (store / path.relative_to(base)).parent.mkdir(parents=True, exist_ok=True)
+            os.link(path, store / path.relative_to(base))
+    (store / "abort").write_bytes(b"")
     return store
 
 
@@ -242,6 +257,11 @@ def bench_store(spec, label: str, a) -> list[dict]:
             summary = json.loads(out)["summary"]
             findings = sum(summary["findings"].values())
             row(name, wall, rss, note=f"CPU {cpu:.2f} s" + (f"; {findings} findings!" if findings else ""))
+        try:  # its findings are the abort file's and the index file its next start drops
+            wall, rss, _ = measure([*mq, "verify", str(aborted_copy(path, a.out / f"aborted-{label}")), "--no-progress", "--format", "json"], a.repeat)
+            row("verify, the store with an abort file", wall, rss)
+        finally:
+            shutil.rmtree(a.out / f"aborted-{label}", ignore_errors=True)
     if "info" in a.only:
         wall, rss, _ = measure([*mq, "info", str(path), "--format", "json"], a.repeat)
         row("info", wall, rss)
