@@ -260,8 +260,9 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return _to_json_value(self)
 
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+    def to_json(self) -> str:
+        """The plan as ``--plan-out`` saves it: one line per option, queue, action, ... (``readable_json``)."""
+        return readable_json(self.to_dict(), PLAN_LEVELS)
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> "Plan":
@@ -278,6 +279,40 @@ class Plan:
 
 
 # ---- JSON conversion ------------------------------------------------------------------------
+
+PLAN_LEVELS = 2  # ``readable_json``'s ``levels`` for a plan document; one more for a document holding it (a backup manifest)
+_compact = json.JSONEncoder(ensure_ascii=False).encode  # no indent: CPython's C encoder
+
+
+def readable_json(value: Any, levels: int) -> str:
+    """``value`` as JSON an engineer can read in ``less``, written by the C encoder: objects above depth ``levels`` and arrays
+    down to it one member per line (an array of numbers alone, as a file's ``[size, mtime_ns]``, stays on its line), every
+    deeper value on one line (``json.dumps(indent=...)`` runs CPython's pure-Python encoder over the whole document, and an
+    apply encodes its manifest several times). ``json.loads`` reads it back to ``value``; object keys must be strings."""
+    out: list[str] = []
+    _readable(value, 0, levels, out)
+    return "".join(out)
+
+
+def _readable(value: Any, depth: int, levels: int, out: list[str]) -> None:
+    if isinstance(value, dict) and value and depth < levels:
+        pad, first = "\n" + " " * (depth + 1), True
+        for key, member in value.items():
+            if not isinstance(key, str):  # ``json.dumps`` would write 1 as "1": not read back as the key it was
+                raise TypeError(f"readable_json: key {key!r} is not a string")
+            out.append(("{" if first else ",") + pad + _compact(key) + ": ")
+            _readable(member, depth + 1, levels, out)
+            first = False
+        out.append("\n" + " " * depth + "}")
+    elif isinstance(value, (list, tuple)) and depth <= levels and any(isinstance(v, (str, list, tuple, dict)) for v in value):
+        pad, first = "\n" + " " * (depth + 1), True
+        for member in value:
+            out.append(("[" if first else ",") + pad)
+            _readable(member, depth + 1, levels, out)
+            first = False
+        out.append("\n" + " " * depth + "]")
+    else:
+        out.append(_compact(value))
 
 
 def _to_json_value(value: Any) -> Any:
