@@ -315,14 +315,27 @@ def _readable(value: Any, depth: int, levels: int, out: list[str]) -> None:
         out.append(_compact(value))
 
 
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
 def _to_json_value(value: Any) -> Any:
-    if dataclasses.is_dataclass(value):
-        return {f.name: _to_json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    kind = type(value)
+    if kind in _SCALARS:  # most of a plan's values: no dataclass lookup for them
+        return value
+    names = _field_names(kind)
+    if names is not None:
+        return {name: _to_json_value(getattr(value, name)) for name in names}
     if isinstance(value, (list, tuple)):
         return [_to_json_value(v) for v in value]
     if isinstance(value, dict):
         return {str(k): _to_json_value(v) for k, v in value.items()}
     return value
+
+
+@functools.cache
+def _field_names(kind: type) -> tuple[str, ...] | None:
+    """A dataclass type's field names in order (``dataclasses.fields`` builds them anew on every call); None for other types."""
+    return tuple(f.name for f in dataclasses.fields(kind)) if dataclasses.is_dataclass(kind) else None
 
 
 _type_hints = functools.cache(typing.get_type_hints)  # a plan dataclass's field types, each string annotation evaluated once
