@@ -342,19 +342,38 @@ _type_hints = functools.cache(typing.get_type_hints)  # a plan dataclass's field
 
 
 def _from_json_value(tp: Any, value: Any) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
+    kind, parts = _shape(tp)
+    if kind == "union":
         if value is None:
             return None
-        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        (inner,) = parts
         return _from_json_value(inner, value)
-    if dataclasses.is_dataclass(tp):
-        hints = _type_hints(tp)
-        return tp(**{f.name: _from_json_value(hints[f.name], value[f.name]) for f in dataclasses.fields(tp) if f.name in value})
-    if origin is tuple:
-        (inner, _ellipsis) = typing.get_args(tp)
+    if kind == "dataclass":
+        return tp(**{name: value[name] if plain else _from_json_value(hint, value[name]) for name, hint, plain in parts if name in value})
+    if kind == "tuple":
+        (inner, _ellipsis) = parts
         return tuple(_from_json_value(inner, v) for v in value)
     return value
+
+
+@functools.cache
+def _shape(tp: Any) -> tuple[str, Any]:
+    """What ``_from_json_value`` reads a ``tp`` as, worked out once per type: a union (its types but None), a dataclass (each
+    field's name, type and whether its value is taken as it is), a tuple (its type arguments), or a value taken as it is."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return "union", [a for a in typing.get_args(tp) if a is not type(None)]
+    if dataclasses.is_dataclass(tp):
+        hints = _type_hints(tp)
+        return "dataclass", [(f.name, hints[f.name], _as_it_is(hints[f.name])) for f in dataclasses.fields(tp)]
+    if origin is tuple:
+        return "tuple", typing.get_args(tp)
+    return "plain", None
+
+
+def _as_it_is(tp: Any) -> bool:
+    """Whether ``_from_json_value`` returns a value of type ``tp`` unchanged (``_shape``'s "plain", without its recursion)."""
+    return typing.get_origin(tp) not in (typing.Union, types.UnionType, tuple) and not dataclasses.is_dataclass(tp)
 
 
 @dataclass(frozen=True)
