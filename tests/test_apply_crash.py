@@ -75,6 +75,44 @@ def test_restore_after_a_complete_apply(tmp_path, reference):
     assert tree(store_dir) == original
 
 
+def test_the_room_taken_for_the_final_manifest_holds_it(tmp_path, monkeypatch):
+    """``final_manifest_size``, the room check's count of the manifest ``finish`` writes again (with every touched file's
+    ``after`` state; taken from the backup's ``reserve`` on a full disk), is no less than the bytes it writes: counted by the
+    apply itself, for a plan that deletes segments (``after`` null), zeroes a range and creates and rewrites files."""
+    from mqtool.apply import executor
+
+    counted = []
+    real = executor.final_manifest_size
+    monkeypatch.setattr(executor, "final_manifest_size", lambda manifest, paths: counted.append(real(manifest, paths)) or counted[-1])
+    store_dir = damaged_store(tmp_path)
+    backup = apply_plan(plan_of(store_dir), tmp_path / "backup")
+    written = (backup.dir / "manifest.json").read_bytes()
+    after = json.loads(written)["after"]
+    assert None in after.values() and len(after) > 40  # the deleted segments, and every rewritten queue file
+    assert len(counted) == 1 and len(written) <= counted[0], (len(written), counted)
+
+
+def test_the_manifest_reads_back_as_written_a_plan_item_or_file_state_a_line(tmp_path, reference):
+    """``manifest.json`` is ``json.loads``-ed back to the plan applied, and an engineer in an incident reads it in ``less``: a
+    queue, an action, a lost message, an input and a file's ``after`` state each on a line of its own. A backup whose
+    manifest was written as before (``indent=1``) is read and restored alike."""
+    original, final = reference
+    store_dir = damaged_store(tmp_path)
+    plan = plan_of(store_dir)
+    backup = apply_plan(plan, tmp_path / "backup")
+    assert tree(store_dir) == final
+    text = (backup.dir / "manifest.json").read_text(encoding="utf-8")
+    doc = json.loads(text)
+    assert doc["plan"] == plan.to_dict() and doc["complete"] is True
+    lines = {line.strip().removesuffix(",") for line in text.splitlines()}
+    items = [*doc["plan"]["queues"], *doc["plan"]["actions"], *doc["plan"]["lost"]["messages"], *doc["plan"]["inputs"]]
+    assert len(doc["plan"]["lost"]["messages"]) > 100 and all(json.dumps(item, ensure_ascii=False) in lines for item in items)
+    assert all(f"{json.dumps(path, ensure_ascii=False)}: {json.dumps(state)}" in lines for path, state in doc["after"].items())
+    (backup.dir / "manifest.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False), encoding="utf-8")
+    restore(BackupSet.open(backup.dir))
+    assert tree(store_dir) == original
+
+
 def test_kill_9_then_the_same_command_again(tmp_path, reference, kill_at=7):
     """A real SIGKILL of the CLI process mid-apply; running the same command again finishes it."""
     _, final = reference

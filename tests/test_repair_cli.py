@@ -115,6 +115,10 @@ def test_saved_plan_applies_exactly_and_refuses_once_stale(crashed, tmp_path):
     plan_file = tmp_path / "plan.json"
     saved = run("recover", crashed, "--plan-out", plan_file)
     assert saved.exit_code == 0 and plan_file.exists() and (crashed / "abort").exists()
+    text = plan_file.read_text(encoding="utf-8")
+    doc, lines = json.loads(text), {line.strip().removesuffix(",") for line in text.splitlines()}
+    items = [*doc["queues"], *doc["actions"], *doc["inputs"]]  # read in `less`: a queue, an action, a file a line
+    assert len(doc["inputs"]) > 40 and all(json.dumps(item, ensure_ascii=False) in lines for item in items)
     assert error_line(run("apply", plan_file), EXIT_REFUSED)
     applied = run("apply", plan_file, "--yes", "--backup-dir", tmp_path / "bk")
     assert applied.exit_code == 0, applied.stderr

@@ -260,8 +260,9 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return _to_json_value(self)
 
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, ensure_ascii=False)
+    def to_json(self) -> str:
+        """The plan as ``--plan-out`` saves it: one line per option, queue, action, ... (``readable_json``)."""
+        return readable_json(self.to_dict(), PLAN_LEVELS)
 
     @classmethod
     def from_dict(cls, doc: dict[str, Any]) -> "Plan":
@@ -279,10 +280,51 @@ class Plan:
 
 # ---- JSON conversion ------------------------------------------------------------------------
 
+PLAN_LEVELS = 2  # ``readable_json``'s ``levels`` for a plan document; one more for a document holding it (a backup manifest)
+_compact = json.JSONEncoder(ensure_ascii=False).encode  # no indent: CPython's C encoder
+
+
+def readable_json(value: Any, levels: int) -> str:
+    """``value`` as JSON an engineer can read in ``less``, written by the C encoder: objects above depth ``levels`` and arrays
+    down to it one member per line (an array of numbers alone, as a file's ``[size, mtime_ns]``, stays on its line), every
+    deeper value on one line (``json.dumps(indent=...)`` runs CPython's pure-Python encoder over the whole document, and an
+    apply encodes its manifest several times). ``json.loads`` reads it back to ``value``; object keys must be strings."""
+    out: list[str] = []
+    _readable(value, 0, levels, out)
+    return "".join(out)
+
+
+def _readable(value: Any, depth: int, levels: int, out: list[str]) -> None:
+    if isinstance(value, dict) and value and depth < levels:
+        pad, first = "\n" + " " * (depth + 1), True
+        for key, member in value.items():
+            if not isinstance(key, str):  # ``json.dumps`` would write 1 as "1": not read back as the key it was
+                raise TypeError(f"readable_json: key {key!r} is not a string")
+            out.append(("{" if first else ",") + pad + _compact(key) + ": ")
+            _readable(member, depth + 1, levels, out)
+            first = False
+        out.append("\n" + " " * depth + "}")
+    elif isinstance(value, (list, tuple)) and depth <= levels and any(isinstance(v, (str, list, tuple, dict)) for v in value):
+        pad, first = "\n" + " " * (depth + 1), True
+        for member in value:
+            out.append(("[" if first else ",") + pad)
+            _readable(member, depth + 1, levels, out)
+            first = False
+        out.append("\n" + " " * depth + "]")
+    else:
+        out.append(_compact(value))
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
 
 def _to_json_value(value: Any) -> Any:
-    if dataclasses.is_dataclass(value):
-        return {f.name: _to_json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    kind = type(value)
+    if kind in _SCALARS:  # most of a plan's values: no dataclass lookup for them
+        return value
+    names = _field_names(kind)
+    if names is not None:
+        return {name: _to_json_value(getattr(value, name)) for name in names}
     if isinstance(value, (list, tuple)):
         return [_to_json_value(v) for v in value]
     if isinstance(value, dict):
@@ -290,23 +332,48 @@ def _to_json_value(value: Any) -> Any:
     return value
 
 
+@functools.cache
+def _field_names(kind: type) -> tuple[str, ...] | None:
+    """A dataclass type's field names in order (``dataclasses.fields`` builds them anew on every call); None for other types."""
+    return tuple(f.name for f in dataclasses.fields(kind)) if dataclasses.is_dataclass(kind) else None
+
+
 _type_hints = functools.cache(typing.get_type_hints)  # a plan dataclass's field types, each string annotation evaluated once
 
 
 def _from_json_value(tp: Any, value: Any) -> Any:
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
+    kind, parts = _shape(tp)
+    if kind == "union":
         if value is None:
             return None
-        (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]
+        (inner,) = parts
         return _from_json_value(inner, value)
-    if dataclasses.is_dataclass(tp):
-        hints = _type_hints(tp)
-        return tp(**{f.name: _from_json_value(hints[f.name], value[f.name]) for f in dataclasses.fields(tp) if f.name in value})
-    if origin is tuple:
-        (inner, _ellipsis) = typing.get_args(tp)
+    if kind == "dataclass":
+        return tp(**{name: value[name] if plain else _from_json_value(hint, value[name]) for name, hint, plain in parts if name in value})
+    if kind == "tuple":
+        (inner, _ellipsis) = parts
         return tuple(_from_json_value(inner, v) for v in value)
     return value
+
+
+@functools.cache
+def _shape(tp: Any) -> tuple[str, Any]:
+    """What ``_from_json_value`` reads a ``tp`` as, worked out once per type: a union (its types but None), a dataclass (each
+    field's name, type and whether its value is taken as it is), a tuple (its type arguments), or a value taken as it is."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return "union", [a for a in typing.get_args(tp) if a is not type(None)]
+    if dataclasses.is_dataclass(tp):
+        hints = _type_hints(tp)
+        return "dataclass", [(f.name, hints[f.name], _as_it_is(hints[f.name])) for f in dataclasses.fields(tp)]
+    if origin is tuple:
+        return "tuple", typing.get_args(tp)
+    return "plain", None
+
+
+def _as_it_is(tp: Any) -> bool:
+    """Whether ``_from_json_value`` returns a value of type ``tp`` unchanged (``_shape``'s "plain", without its recursion)."""
+    return typing.get_origin(tp) not in (typing.Union, types.UnionType, tuple) and not dataclasses.is_dataclass(tp)
 
 
 @dataclass(frozen=True)
