@@ -844,6 +844,32 @@ def test_verify_of_a_half_applied_store_names_the_commands_that_finish_or_undo_i
     assert run(*undo[1:]).exit_code == 0 and tree(store) == before
 
 
+def test_an_interrupted_apply_of_a_saved_plan_is_finished_by_that_apply_again(tmp_path, monkeypatch):
+    """Before: after `mqtool apply PLAN --yes` was interrupted, every line said to finish it with `mqtool recover STORE --yes`,
+    a command the engineer had not run, which finishes the recorded apply, then plans anew and applies whatever that plan
+    holds too. Now the line names the apply they ran, which finishes that plan and nothing more; where the plan file is
+    gone, the plan's command still finishes it."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "broker a")
+    plan_file = tmp_path / "saved plan.json"
+    assert run("recover", store, "--plan-out", plan_file).exit_code == 0
+    ctrl_c_after_the_first_file_operation(monkeypatch)
+    error_line(run("apply", plan_file, "--yes", "--backup-dir", tmp_path / "my backup"), 130)
+    monkeypatch.setattr(executor, "durability_point", lambda label: None)
+    tail = " ".join(run("-q", "verify", store, env={"COLUMNS": "100"}).stdout.split())
+    finish, undo = (shlex.split(part) for part in re.findall(r"run `([^`]*)` to finish it, or undo it with: (.*)$", tail)[0])
+    assert finish == ["mqtool", "apply", str(plan_file), "--yes"] and undo == ["mqtool", "restore", str(tmp_path / "my backup"), "--yes"]
+    finished = run(*finish[1:])
+    assert finished.exit_code == 0 and "that was this plan: it is now applied" in finished.stderr
+    assert not (store / "abort").exists()
+    assert run("restore", tmp_path / "my backup", "--yes").exit_code == 0
+    ctrl_c_after_the_first_file_operation(monkeypatch)
+    error_line(run("apply", plan_file, "--yes", "--backup-dir", tmp_path / "second backup"), 130)
+    monkeypatch.setattr(executor, "durability_point", lambda label: None)
+    plan_file.unlink()
+    info = " ".join(run("info", store, env={"COLUMNS": "100"}).stderr.split())
+    assert f"run `mqtool recover {shlex.quote(str(store))} --yes` to finish it" in info
+
+
 def test_verify_of_a_store_whose_next_start_drops_messages_names_the_salvage_that_saves_them_first(tmp_path):
     """Before: on a store whose next start cuts valid messages (a body byte flipped in the third-from-last
     segment), `verify`'s next line named `recover` and `repair`, whose --yes zeroes those messages, and not

@@ -71,13 +71,15 @@ def _flat(rel: str, digits: int = 16) -> str:
     return f"{hashlib.sha1(rel.encode()).hexdigest()[:digits]}-{Path(rel).name}"
 
 
-def new_manifest(store_root: Path, plan_doc: dict, step: str | None = None) -> dict:
-    """The manifest of a new backup set for an apply of ``plan_doc`` (``BackupSet.create``)."""
+def new_manifest(store_root: Path, plan_doc: dict, step: str | None = None, plan_file: Path | None = None) -> dict:
+    """The manifest of a new backup set for an apply of ``plan_doc`` (``BackupSet.create``); ``plan_file``: the saved plan
+    ``mqtool apply`` read it from (``finish_command`` names it)."""
     return {
         "format": BACKUP_FORMAT,
         "store": str(Path(store_root).resolve()),
         "command": "repair" if step else plan_doc.get("command"),
         **({"step": step} if step else {}),
+        **({"plan_file": str(Path(plan_file).resolve())} if plan_file is not None else {}),
         "created_ms": int(time.time() * 1000),
         # ``applied_after``: the monotonic clock within a boot (a stepped wall clock cannot reorder it), else ``created_ms``
         "boot_id": boot_id(),
@@ -228,16 +230,18 @@ class BackupSet:
     made: list[Path] | None = None  # the directories ``create`` made, deepest first (None: not known, ``open``)
 
     @classmethod
-    def create(cls, directory: Path, store_root: Path, plan_doc: dict, step: str | None = None, reserve: int = 0) -> "BackupSet":
+    def create(cls, directory: Path, store_root: Path, plan_doc: dict, step: str | None = None, reserve: int = 0,
+               plan_file: Path | None = None) -> "BackupSet":
         """A new backup set in ``directory`` for an apply of ``plan_doc``; ``step``: the ``repair`` stage it is (its manifest's
-        ``command`` is then ``repair``); ``reserve``: the bytes its records take once the store changes, taken now."""
+        ``command`` is then ``repair``); ``reserve``: the bytes its records take once the store changes, taken now;
+        ``plan_file``: the saved plan it was read from (``mqtool apply``)."""
         directory = Path(directory)
         if directory.exists() and any(directory.iterdir()) and not cls.unused(directory):
             raise BadInput(f"{directory}: backup directory exists and is not empty; nothing was changed: give a new or empty --backup-dir")
         # a new folder is made under a temporary name, renamed once its manifest is there: a kill leaves no manifest-less folder
         top = directory.parent if step and not directory.parent.exists() else directory
         building = top if top.exists() else top.with_name(top.name + TMP_SUFFIX)
-        inner, manifest, made = building / directory.relative_to(top), new_manifest(store_root, plan_doc, step), []
+        inner, manifest, made = building / directory.relative_to(top), new_manifest(store_root, plan_doc, step, plan_file), []
         try:
             if building != top:
                 shutil.rmtree(building, ignore_errors=True)  # an earlier kill's
@@ -722,8 +726,13 @@ def undo_command(backup_dir: Path | str) -> str:
 
 
 def finish_command(store: Path | str, manifest: dict) -> str:
-    """The command finishing on ``store`` the apply backed up with ``manifest``: ``repair`` for a repair's stage, else the plan's
-    command, with the options the next run needs again (``--broker-version``, ``--broker-config``, queues, ``--full-scan``)."""
+    """The command finishing on ``store`` the apply backed up with ``manifest``: ``mqtool apply PLAN`` again for a saved plan
+    still there (which finishes it and nothing more: a plan command re-run plans anew and applies that too), ``repair`` for a
+    repair's stage, else the plan's command, with the options the next run needs again (``--broker-version``,
+    ``--broker-config``, queues, ``--full-scan``)."""
+    plan_file = manifest.get("plan_file")
+    if plan_file and os.path.isfile(plan_file):
+        return f"mqtool apply {shell_path(plan_file)} --yes"
     plan = manifest.get("plan") or {}
     options, command = plan.get("options") or {}, manifest.get("command") or plan.get("command")
     own = {"rebuild-cq": {"topic": options.get("topic"), "queue": options.get("queue_id"),

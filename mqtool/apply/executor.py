@@ -194,15 +194,15 @@ def journal_room(plan: Plan) -> int:
     return sum(len(json.dumps(e, ensure_ascii=False).encode()) + 1 for e in events)
 
 
-def bookkeeping_room(root: Path, plan: Plan, step: str | None = None) -> tuple[int, int]:
+def bookkeeping_room(root: Path, plan: Plan, step: str | None = None, plan_file: Path | None = None) -> tuple[int, int]:
     """The bytes of the manifest ``BackupSet.create`` writes, and of the records written once the store changes (journal, final
     manifest, ``RESTORE_ROOM``), which ``create`` reserves first (``RESERVE``) so the bookkeeping finishes on a full disk."""
-    manifest = new_manifest(root, plan.to_dict(), step)
+    manifest = new_manifest(root, plan.to_dict(), step, plan_file)
     paths = list(dict.fromkeys(rel for a in plan.actions for rel in changed_files(plan, a)))
     return len(manifest_bytes(manifest)), journal_room(plan) + final_manifest_size(manifest, paths) + RESTORE_ROOM
 
 
-def backup_room(root: Path, plan: Plan, backup_dir: Path, step: str | None = None) -> tuple[int, int]:
+def backup_room(root: Path, plan: Plan, backup_dir: Path, step: str | None = None, plan_file: Path | None = None) -> tuple[int, int]:
     """The bytes the backup of ``plan`` takes on ``backup_dir``'s file system, and of them the ``RESERVE``: ranges and records,
     then whole files no hard link keeps (``moves_entry``, ``link_or_copy``) and the manifest, each rounded up to a block."""
     where = next(p for p in (backup_dir.absolute(), *backup_dir.absolute().parents) if p.exists())
@@ -215,15 +215,15 @@ def backup_room(root: Path, plan: Plan, backup_dir: Path, step: str | None = Non
             st = os.stat(root / rel)  # the file a symlink names, as ``link_or_copy`` keeps it
             if stat.S_ISREG(st.st_mode) and st.st_dev != device:
                 sizes.append(min(st.st_size, st.st_blocks * 512))
-    manifest, records = bookkeeping_room(root, plan, step)
+    manifest, records = bookkeeping_room(root, plan, step, plan_file)
     reserve = sum(-(-n // block) * block for n in (*ranges, records))  # the ranges too: kept on the store's disk, if it is the same
     return sum(-(-n // block) * block for n in (*sizes, manifest)) + reserve, reserve
 
 
-def refuse_no_room(root: Path, plan: Plan, backup_dir: Path, step: str | None = None, later: tuple = ()) -> int:
+def refuse_no_room(root: Path, plan: Plan, backup_dir: Path, step: str | None = None, later: tuple = (), plan_file: Path | None = None) -> int:
     """Refuse, before the first change, an apply whose backup (with the ``later`` stages') cannot fit on ``backup_dir``'s file
     system (``backup_room``); returns the ``RESERVE`` to take."""
-    needed, reserve = backup_room(root, plan, backup_dir, step)
+    needed, reserve = backup_room(root, plan, backup_dir, step, plan_file)
     needed += sum(backup_room(root, then, backup_dir, name)[0] for name, then in later)
     where = next(p for p in (backup_dir.absolute(), *backup_dir.absolute().parents) if p.exists())
     free = shutil.disk_usage(where).free
@@ -599,9 +599,10 @@ def read_index_header(path: Path) -> ixfmt.IndexHeader:
 
 
 def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCache | None = None, backed=None, step: str | None = None,
-               later: tuple = ()) -> BackupSet:
+               later: tuple = (), plan_file: Path | None = None) -> BackupSet:
     """Apply ``plan`` backing up into ``backup_dir``; ``cache``: the planning's batches; ``backed()`` runs once the backup set
-    exists; ``step``: the ``repair`` stage; ``later``: the stages after it whose room is checked too (``refuse_no_room``)."""
+    exists; ``step``: the ``repair`` stage; ``later``: the stages after it whose room is checked too (``refuse_no_room``);
+    ``plan_file``: the saved plan ``mqtool apply`` read it from."""
     root = Path(plan.store)
     if not root.is_dir():
         raise BadInput(f"{root}: the plan's store does not exist (moved or renamed since the plan was saved?): plan again on the store where it is")
@@ -610,10 +611,10 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
         raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); {interrupted_apply_ways(root, pending)}")
     check_inputs(root, plan)
     refuse_backup_inside(root, backup_dir)
-    reserve = refuse_no_room(root, plan, backup_dir, step, later)
+    reserve = refuse_no_room(root, plan, backup_dir, step, later, plan_file)
     release_free_heap()  # what planning freed, before the writers' working set
     try:
-        backup = BackupSet.create(backup_dir, root, plan.to_dict(), step, reserve)
+        backup = BackupSet.create(backup_dir, root, plan.to_dict(), step, reserve, plan_file)
     except OSError as exc:
         cause = f"{exc.filename or backup_dir}: cannot create the backup: {exc.strerror or exc}"
         raise ApplyIOError(f"{cause}; nothing was changed: give a --backup-dir where it can be written (or free space there)", cause) from None

@@ -689,7 +689,7 @@ def apply(plan_file: Annotated[Path, typer.Argument(help="A plan saved with --pl
         writer.check_inputs(root, plan)  # the preview meets the refusal --yes would: "re-run with --yes" would be refused
         raise Refused(NOT_APPLIED)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
-        writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"))
+        writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), plan_file=plan_file)
         note_undo(f"{plan.command} applied; backup in {shell_path(target)}", target, finished)
 
 
