@@ -39,6 +39,37 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(text) if "'" in text or '"' in text else text.split()
 
 
+SUBCOMMANDS = frozenset("info verify recover repair salvage restore apply survivors query dump offsets stats truncate-dirty "
+                        "rebuild-cq rebuild-index".split())
+_ENDS = (",", ";", ")")  # punctuation after a command's last word in prose
+_SPACED = re.compile(r"\S+")
+
+
+def unit_spans(text: str, width: int) -> list[tuple[int, int]]:
+    """(start, end) of ``text``'s words (``_WORD``'s), a command the reader pastes kept as one where it fits ``width``
+    cells: from a word opening a backtick to the word closing it, or ``mqtool SUBCOMMAND ARG`` and the options after it
+    (up to a word ending in ``,``, ``;`` or ``)``). A line broken inside a command pastes as two commands, the first run
+    on its own; one wider than the line is broken at its spaces as any text, so that every line fits."""
+    spans = [m.span() for m in (_WORD if "'" in text or '"' in text else _SPACED).finditer(text)]
+    if "mqtool" not in text:
+        return spans
+    units, i = [], 0
+    while i < len(spans):
+        word, last = text[spans[i][0] : spans[i][1]], i
+        if word.startswith("`") and "`" not in word[1:]:
+            last = next((k for k in range(i + 1, len(spans)) if "`" in text[spans[k][0] : spans[k][1]]), i)
+        elif word == "mqtool" and i + 2 < len(spans) and text[spans[i + 1][0] : spans[i + 1][1]] in SUBCOMMANDS:
+            last = i + 2
+            while not text[spans[last][0] : spans[last][1]].endswith(_ENDS) and last + 1 < len(spans) and text[spans[last + 1][0]] == "-":
+                last += 1
+        if cell_len(text[spans[i][0] : spans[last][1]]) <= width:
+            units.append((spans[i][0], spans[last][1]))
+        else:
+            units += spans[i : last + 1]
+        i = last + 1
+    return units
+
+
 def longest_word(text: str) -> int:
     return max((cell_len(w) for w in _words(text)), default=0)
 
@@ -50,14 +81,15 @@ def _extent(text: str) -> tuple[int, int]:
     return max(cell_len(line) for line in text.split("\n")), longest_word(text)
 
 
-def wrap(text: str, width: int) -> list[str]:
-    """``text`` in lines of at most ``width`` cells, broken at spaces outside quotes; newlines kept."""
+def wrap(text: str, width: int, *, commands: bool = False) -> list[str]:
+    """``text`` in lines of at most ``width`` cells, broken at spaces outside quotes (``commands``: nor inside a command,
+    ``unit_spans``); newlines kept."""
     if len(text) <= width and " " not in text and text.isascii() and text.isprintable():
         return [text]  # one ASCII word that fits (most cells): what the loop below gives
     lines: list[str] = []
     for paragraph in text.split("\n"):
         line, used = [], 0
-        for word in _words(paragraph):
+        for word in [paragraph[s:e] for s, e in unit_spans(paragraph, width)] if commands else _words(paragraph):
             n = cell_len(word)
             if line and used + 1 + n > width:
                 lines.append(" ".join(line))
@@ -84,21 +116,22 @@ def fold(text: str, width: int) -> list[str]:
 
 
 def line_spans(line: str, width: int) -> list[tuple[int, int]]:
-    """(start, end) spans of the words of each line ``line`` wraps into at ``width`` cells, continuations indented alike."""
+    """(start, end) spans of the words (``unit_spans``) of each line ``line`` wraps into at ``width`` cells, continuations
+    indented alike."""
     room = width - (len(line) - len(line.lstrip(" ")))
     spans: list[tuple[int, int]] = []
     start = end = None
     used = 0
-    for m in re.finditer(r"\S+", line):
-        n = cell_len(m.group())
+    for s, e in unit_spans(line, room):
+        n = cell_len(line[s:e])
         if start is not None and used + 1 + n > room:
             spans.append((start, end))
             start = None
         if start is None:
-            start, used = m.start(), n
+            start, used = s, n
         else:
             used += 1 + n
-        end = m.end()
+        end = e
     if start is not None:
         spans.append((start, end))
     return spans or [(0, 0)]

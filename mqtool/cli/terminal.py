@@ -147,7 +147,7 @@ def note(message: str, *, always: bool = False) -> None:
         if isatty(sys.__stderr__):
             from ..table import wrap
 
-            text = "\n".join(wrap(text, width()))
+            text = "\n".join(wrap(text, width(), commands=True))
         write_stderr(text)
 
 

@@ -1,0 +1,95 @@
+"""Commands mqtool prints for the reader to paste, as a terminal of 100 columns (or fewer) shows them: a line break mqtool
+puts inside one (wrapping its text at spaces) pastes as two commands, the first run on its own. Each test failed before
+its fix."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+from pathlib import Path
+
+import pytest
+
+from typer.testing import CliRunner
+
+from conftest import copy_store
+from mqtool.cli import app
+from mqtool.fileops import shell_path
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def short_tmp():
+    """A folder with a space under /tmp: a short path, so that the commands naming it fit the widths tried (``tmp_path``,
+    in /dev/shm/pytest-of-USER/..., makes each wider than 100 columns)."""
+    with tempfile.TemporaryDirectory(prefix="on call ", dir="/tmp") as d:
+        yield Path(d)
+
+
+def in_terminal(args, columns: int) -> tuple[int, str]:
+    """Run mqtool with stdin, stdout and stderr on a pseudo-terminal of ``columns`` x 40: its exit code and output."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")} | {"NO_COLOR": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "mqtool", *map(str, args)], stdin=slave, stdout=slave, stderr=slave,
+                            env=env, close_fds=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    code = proc.wait(timeout=300)
+    os.close(master)
+    return code, b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+
+
+def test_the_undo_line_on_a_terminal_keeps_its_restore_command_on_one_line(short_tmp):
+    """``recover STORE --yes --backup-dir DIR`` on a 100-column terminal, DIR with spaces and long enough that the undo
+    line does not fit (the command does, at 96 columns). Before: ``mqtool: undo with: mqtool restore`` then, on the next line, ``'DIR' --yes``: pasted,
+    the first line runs ``mqtool restore`` alone (a usage error) and the second tries to run the folder. Now the line
+    breaks before the command, which stays whole; the same for the plan-file line of ``--plan-out``."""
+    store = copy_store("4.9.7", "crashed-small", short_tmp)
+    night = short_tmp / "backups of the night"
+    backup = night / ("broker-a" + "x" * (96 - len(f"mqtool restore {shell_path(night / 'broker-a')} --yes")))
+    code, shown = in_terminal(["recover", store, "--yes", "--backup-dir", backup], 100)
+    assert code == 0, shown
+    undo = f"mqtool restore {shell_path(backup)} --yes"
+    assert len(undo) == 96 and "Traceback" not in shown
+    assert any(undo in line for line in shown.splitlines()), shown[-600:]
+    code, shown = in_terminal(["restore", backup, "--yes"], 100)
+    assert code == 0, shown
+    plan = short_tmp / "plans of the night" / "p.json"
+    plan = plan.with_name("p" * (97 - len(f"mqtool apply {shell_path(plan)} --yes")) + ".json")
+    plan.parent.mkdir()
+    code, shown = in_terminal(["recover", store, "--plan-out", plan], 100)
+    apply = f"mqtool apply {shell_path(plan)} --yes"
+    assert code == 0 and any(apply in line for line in shown.splitlines()), shown[-600:]
+
+
+def test_verifys_next_commands_are_never_broken_at_any_width(short_tmp):
+    """``verify STORE`` of a crashed store, its path with a space, at every width from 64 to 100 columns: the summary's
+    `` `mqtool recover 'STORE'` `` and `` `mqtool repair 'STORE'` `` each on one line. Before: at 70 columns the line broke
+    inside the quoted path (``'/tmp/on`` then ``call .../4.9.7-crashed-small'``), at others between ``mqtool repair`` and it."""
+    store = copy_store("4.9.7", "crashed-small", short_tmp)
+    broken = []
+    for width in range(64, 101):  # each command is 60 columns, the summary's lines indented by 2
+        res = runner.invoke(app, ["verify", str(store)], env={"COLUMNS": str(width)})
+        assert res.exit_code == 1, res.output
+        lines = res.stdout.splitlines()
+        for command in (f"`mqtool recover {shell_path(store)}`", f"`mqtool repair {shell_path(store)}`"):
+            if not any(command in line for line in lines):
+                broken.append((width, command))
+    assert not broken, broken
+
