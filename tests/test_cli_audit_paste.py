@@ -18,7 +18,7 @@ import pytest
 
 from typer.testing import CliRunner
 
-from conftest import copy_store
+from conftest import copy_store, store_path
 from mqtool.cli import app
 from mqtool.fileops import shell_path
 
@@ -93,3 +93,27 @@ def test_verifys_next_commands_are_never_broken_at_any_width(short_tmp):
                 broken.append((width, command))
     assert not broken, broken
 
+
+def test_a_plan_out_on_a_full_disk_is_named_as_given(tmp_path, monkeypatch):
+    """``recover STORE --plan-out FILE`` with FILE on a full disk. Before: ``mqtool: error: FILE.mqtool-tmp: No space left
+    on device``, a file the operator never named (and that is not there: it is removed). Now the error names FILE; exit 3,
+    nothing left beside it."""
+    import errno
+    import io
+
+    import mqtool.fileops as fileops
+
+    class FullDisk(io.FileIO):
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def full_disk_open(path, mode="r", *args, **kwargs):
+        return io.BufferedWriter(FullDisk(path, mode)) if mode == "wb" else open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(fileops, "open", full_disk_open, raising=False)
+    plan = tmp_path / "plans" / "p.json"
+    plan.parent.mkdir()
+    res = runner.invoke(app, ["recover", str(store_path("4.9.7", "crashed-small")), "--plan-out", str(plan)], env={"COLUMNS": "100"})
+    assert res.exit_code == 3, res.output
+    assert res.stderr.splitlines()[-1] == f"mqtool: error: {plan}: No space left on device"
+    assert list(plan.parent.iterdir()) == []

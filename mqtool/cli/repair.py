@@ -22,7 +22,7 @@ from ..apply.backup import (
     later_backups, leftover_temporaries, moved_from, newest_first, read_manifest, refuse_backup_inside, refuse_changed, refuse_incomplete,
     refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending)
 from ..apply.heap import release_free_heap
-from ..fileops import TMP_SUFFIX, salvage_command, write_atomic
+from ..fileops import TMP_SUFFIX, WRITE_REFUSED, salvage_command, write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
 from ..recovery.plans import CommitLogPlan, LostMessages, Plan, PlanOptions
 from ..store.liveness import store_users
@@ -232,7 +232,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     emit_plan(with_next_start(plan.to_dict(), plan), fmt, render_plan, target)
     _note_damage(plan)  # again on stderr, after the plan: the last thing the operator reads before --yes
     if plan_out is not None:
-        write_atomic(plan_out, plan.to_json().encode())
+        _save_plan(plan_out, plan.to_json().encode())
         note(f"plan saved to {plan_out}; apply it with: mqtool apply {shell_path(plan_out)} --yes")
     if not applying:
         return
@@ -245,6 +245,17 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
         s = backup.summary()  # said with interrupts still deferred: a Ctrl-C after the last write is ignored
         note_undo(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {shell_path(target)}", target, finished)
+
+
+def _save_plan(plan_out: Path, data: bytes) -> None:
+    """``--plan-out``'s file written whole, a refused write (a full disk) said with the name given, not the temporary
+    file's beside it (which is removed)."""
+    try:
+        write_atomic(plan_out, data)
+    except OSError as exc:
+        if exc.errno not in WRITE_REFUSED or exc.filename != str(plan_out) + TMP_SUFFIX:
+            raise
+        raise OSError(exc.errno, exc.strerror, str(plan_out)) from None
 
 
 def note_undo(done: str, target: Path, then: Path | None = None) -> None:
