@@ -5,6 +5,7 @@ its fix."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
 import struct
@@ -117,3 +118,25 @@ def test_a_plan_out_on_a_full_disk_is_named_as_given(tmp_path, monkeypatch):
     assert res.exit_code == 3, res.output
     assert res.stderr.splitlines()[-1] == f"mqtool: error: {plan}: No space left on device"
     assert list(plan.parent.iterdir()) == []
+
+
+def test_a_recovery_that_creates_index_files_with_no_geometry_to_go_by_says_it_uses_the_defaults(tmp_path):
+    """A 4.9.7 crashed store whose ``index/`` was removed (the usual first aid for a bad index), planned without
+    ``--broker-config``. Before: ``recover``'s and ``repair``'s plans created a 420000040-byte index file under the
+    broker's default geometry with only the table heading (``Index (5000000 slots x 20000000 entries)``) to show it,
+    where the store's 1000-slot broker.conf would have the broker read that file otherwise (``rebuild-index`` noted it).
+    Now a note says so and names ``--broker-config``; with it, the note is gone and the plan follows broker.conf."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path)
+    for p in (store / "index").iterdir():
+        p.unlink()
+    (store / "index").rmdir()
+    for command in ("recover", "repair"):
+        doc = runner.invoke(app, [command, str(store), "--dry-run" if command == "recover" else "-q", "-f", "json"])
+        notes = [n for n in json.dumps(doc.stdout and json.loads(doc.stdout)).split('"') if "default geometry" in n]
+        assert len(notes) == 1, (command, doc.output[-800:])
+        assert "5000000 slots x 20000000 entries, 420000040 bytes a file" in notes[0] and "--broker-config" in notes[0]
+    conf = tmp_path / "broker.conf"
+    conf.write_text("maxHashSlotNum=1000\nmaxIndexNum=4000\n")
+    doc = json.loads(runner.invoke(app, ["recover", str(store), "--dry-run", "-f", "json", "--broker-config", str(conf)]).stdout)
+    assert "default geometry" not in json.dumps(doc) and doc["index"]["hash_slot_num"] == 1000
+

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..formats import checkpoint as cpfmt
 from ..formats import markers
+from ..formats.index import index_file_size
 from ..fileops import salvage_command, shell_path
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
@@ -193,6 +194,15 @@ def _queue_results(run: RecoveryRun) -> None:
         run.queue_plans.append(queue_plan(sim, mn, mx, clmin, run.rules.cq_min_offset_v5, seeds))
 
 
+def default_geometry_note(index_plan) -> str:
+    """Index files created where no file shows the geometry and no broker.conf gives it: the broker's defaults, 420 MB
+    a file, which a broker configured otherwise does not read as it wrote its files."""
+    size = index_file_size(index_plan.hash_slot_num, index_plan.index_num)
+    return (f"no index file and no --broker-config: the index files are created with the broker's default geometry "
+            f"({index_plan.hash_slot_num} slots x {index_plan.index_num} entries, {size} bytes a file); pass --broker-config "
+            "where broker.conf sets maxHashSlotNum or maxIndexNum")
+
+
 def _index_results(run: RecoveryRun, kind: LogKind) -> None:
     """The index plan, the write action, the log kind's actions, and the notes on what stays unindexed."""
     store, start = run.store, run.start
@@ -208,6 +218,8 @@ def _index_results(run: RecoveryRun, kind: LogKind) -> None:
                                  "and recovery re-indexes only from its start segment (broker behaviour with messageIndexSafe=false; --index-safe avoids it)")
     index_plan = run.index_plan
     run.actions += write_action(queue_writes, index_plan is not None and any(f.action in ("append", "create") for f in index_plan.files))
+    if index_plan is not None and store.index_geometry is None and any(f.action == "create" for f in index_plan.files):
+        run.notes.append(default_geometry_note(index_plan))
     if index_plan is not None and run.index_enable and store.commitlog.segments:
         for a, b in index_gaps(store, index_plan, run.end, run.legacy):
             run.notes.append(f"no index file covers the keyed records in [{a}, {b}) (an index file is missing; the broker does not rebuild it): run `mqtool rebuild-index`")
