@@ -5,6 +5,7 @@ its fix."""
 from __future__ import annotations
 
 import fcntl
+import itertools
 import json
 import os
 import pty
@@ -140,3 +141,20 @@ def test_a_recovery_that_creates_index_files_with_no_geometry_to_go_by_says_it_u
     doc = json.loads(runner.invoke(app, ["recover", str(store), "--dry-run", "-f", "json", "--broker-config", str(conf)]).stdout)
     assert "default geometry" not in json.dumps(doc) and doc["index"]["hash_slot_num"] == 1000
 
+
+def test_info_shows_an_interrupted_applys_backup_quoted_and_whole_at_100_columns(short_tmp):
+    """``info`` of a store whose ``recover --yes`` was killed mid-apply, its backup folder's path holding a space. Before:
+    the table row ``interrupted apply  backup /tmp/on call .../bk (see the note on stderr)`` was the one path mqtool
+    printed unquoted, and at 100 columns it broke at the space inside it. Now it is quoted as every other path, and whole."""
+    from repair_support import mqtool
+
+    store = copy_store("4.9.7", "crashed-small", short_tmp)
+    backup = short_tmp / "backups of the night" / ("b" * 40)
+    killed = mqtool("recover", store, "--yes", "--backup-dir", backup, env={"MQTOOL_TEST_KILL_AT": "2"})
+    assert killed.returncode == -9, killed.stderr
+    res = runner.invoke(app, ["info", str(store)], env={"COLUMNS": "100"})
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    first = next(k for k, line in enumerate(lines) if line.startswith("interrupted apply"))
+    row = [lines[first]] + list(itertools.takewhile(lambda line: line.startswith(" "), lines[first + 1 :]))
+    assert any(shell_path(backup) in line for line in row), row

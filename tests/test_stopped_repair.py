@@ -55,7 +55,7 @@ def test_info_names_a_repair_killed_between_stages_and_repair_again_finishes_it(
     finish, undo = commands_said(line)  # the repair again as it was run (its --broker-version too), and the undo
     assert (finish, undo) == (["mqtool", "repair", str(store), "--broker-version", "4.9.7", "--yes"], ["mqtool", "restore", str(backup), "--yes"])
     wide = runner.invoke(app, ["info", str(store)], env={"COLUMNS": "400"})  # the row on one line, however long the temporary path
-    assert f"interrupted repair  backup {backup} (see the note on stderr)" in wide.stdout.splitlines()
+    assert f"interrupted repair  backup {shlex.quote(str(backup))} (see the note on stderr)" in wide.stdout.splitlines()
     as_json = json.loads(run("info", store, "-f", "json").stdout)
     assert as_json["interrupted_repair"] == {"backup": str(backup), "done": ["01-recover"], "stopped_in": None, "broker_version": "4.9.7", "broker_config": None}
     assert as_json["interrupted_apply"] is None  # no stage was cut short inside

@@ -83,8 +83,8 @@ def _store_table(doc: dict[str, Any], unread):
              else "PRESENT (a FIFO, socket or device node: see verify)" if abort.get("special") else "PRESENT"),
             ("lock file", lock),
         ]),
-        *([("interrupted apply", f"backup {doc['interrupted_apply']} (see the note on stderr)")] if doc.get("interrupted_apply") else []),
-        *([("interrupted repair", f"backup {doc['interrupted_repair']['backup']} (see the note on stderr)")] if doc.get("interrupted_repair") else []),
+        *([("interrupted apply", f"backup {shell_path(doc['interrupted_apply'])} (see the note on stderr)")] if doc.get("interrupted_apply") else []),
+        *([("interrupted repair", f"backup {shell_path(doc['interrupted_repair']['backup'])} (see the note on stderr)")] if doc.get("interrupted_repair") else []),
         *([("mqtool leftovers", ", ".join(doc["leftover_files"]))] if doc.get("leftover_files") else []),
     ])
 
