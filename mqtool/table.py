@@ -47,7 +47,7 @@ _SPACED = re.compile(r"\S+")
 
 def unit_spans(text: str, width: int) -> list[tuple[int, int]]:
     """(start, end) of ``text``'s words (``_WORD``'s), a command the reader pastes kept as one where it fits ``width``
-    cells: from a word opening a backtick to the word closing it, or ``mqtool SUBCOMMAND ARG`` and the options after it
+    cells: from a word opening a backtick (after a bracket, if any) to the word closing it, or ``mqtool SUBCOMMAND ARG`` and the options after it
     (up to a word ending in ``,``, ``;`` or ``)``). A line broken inside a command pastes as two commands, the first run
     on its own; one wider than the line is broken at its spaces as any text, so that every line fits."""
     spans = [m.span() for m in (_WORD if "'" in text or '"' in text else _SPACED).finditer(text)]
@@ -56,7 +56,7 @@ def unit_spans(text: str, width: int) -> list[tuple[int, int]]:
     units, i = [], 0
     while i < len(spans):
         word, last = text[spans[i][0] : spans[i][1]], i
-        if word.startswith("`") and "`" not in word[1:]:
+        if word.lstrip("(").startswith("`") and word.count("`") == 1:  # `mqtool verify STORE` or (`mqtool ...
             last = next((k for k in range(i + 1, len(spans)) if "`" in text[spans[k][0] : spans[k][1]]), i)
         elif word == "mqtool" and i + 2 < len(spans) and text[spans[i + 1][0] : spans[i + 1][1]] in SUBCOMMANDS:
             last = i + 2

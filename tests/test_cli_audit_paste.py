@@ -158,3 +158,18 @@ def test_info_shows_an_interrupted_applys_backup_quoted_and_whole_at_100_columns
     first = next(k for k, line in enumerate(lines) if line.startswith("interrupted apply"))
     row = [lines[first]] + list(itertools.takewhile(lambda line: line.startswith(" "), lines[first + 1 :]))
     assert any(shell_path(backup) in line for line in row), row
+
+
+def test_a_command_in_backticks_after_a_bracket_is_kept_whole_too():
+    """The plan note on a damaged record names its commands in brackets: ``(`mqtool verify 'STORE' --keep-going` shows
+    ...``. Before, the opening bracket hid the backtick from the wrap, which broke the command at any of its spaces."""
+    from mqtool.table import wrap
+
+    text = ("the broker's next start stops at the damaged record at 2218152 and drops 1092 messages after it "
+            "(`mqtool verify '/tmp/on call/store' --keep-going` shows the damaged range, "
+            "`mqtool dump '/tmp/on call/store' --keep-going` reads past it)")
+    for width in range(52, 101):
+        lines = wrap(text, width, commands=True)
+        assert all(len(line) <= width for line in lines), (width, lines)
+        for command in ("`mqtool verify '/tmp/on call/store' --keep-going`", "`mqtool dump '/tmp/on call/store' --keep-going`"):
+            assert any(command in line for line in lines), (width, lines)
