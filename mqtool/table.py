@@ -49,7 +49,8 @@ def unit_spans(text: str, width: int) -> list[tuple[int, int]]:
     """(start, end) of ``text``'s words (``_WORD``'s), a command the reader pastes kept as one where it fits ``width``
     cells: from a word opening a backtick (after a bracket, if any) to the word closing it, or ``mqtool SUBCOMMAND ARG`` and the options after it
     (up to a word ending in ``,``, ``;`` or ``)``). A line broken inside a command pastes as two commands, the first run
-    on its own; one wider than the line is broken at its spaces as any text, so that every line fits."""
+    on its own; one wider than the line is broken at its spaces as any text, so that every line fits, unless a word of it
+    is wider than the line (a long path): that line runs past the edge anyway, and the terminal's own wrap pastes whole."""
     spans = [m.span() for m in (_WORD if "'" in text or '"' in text else _SPACED).finditer(text)]
     if "mqtool" not in text:
         return spans
@@ -62,7 +63,7 @@ def unit_spans(text: str, width: int) -> list[tuple[int, int]]:
             last = i + 2
             while not text[spans[last][0] : spans[last][1]].endswith(_ENDS) and last + 1 < len(spans) and text[spans[last + 1][0]] == "-":
                 last += 1
-        if cell_len(text[spans[i][0] : spans[last][1]]) <= width:
+        if last == i or cell_len(text[spans[i][0] : spans[last][1]]) <= width or max(cell_len(text[a:b]) for a, b in spans[i : last + 1]) > width:
             units.append((spans[i][0], spans[last][1]))
         else:
             units += spans[i : last + 1]

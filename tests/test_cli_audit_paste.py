@@ -72,6 +72,12 @@ def test_the_undo_line_on_a_terminal_keeps_its_restore_command_on_one_line(short
     assert any(undo in line for line in shown.splitlines()), shown[-600:]
     code, shown = in_terminal(["restore", backup, "--yes"], 100)
     assert code == 0, shown
+    wider = night / ("broker-a" + "x" * 100)  # a path wider than the terminal: its line runs past the edge either way,
+    code, shown = in_terminal(["recover", store, "--yes", "--backup-dir", wider], 100)  # and the terminal's wrap pastes whole
+    undo = f"mqtool restore {shell_path(wider)} --yes"
+    assert code == 0 and any(undo in line for line in shown.splitlines()), shown[-600:]
+    code, shown = in_terminal(["restore", wider, "--yes"], 100)
+    assert code == 0, shown
     plan = short_tmp / "plans of the night" / "p.json"
     plan = plan.with_name("p" * (97 - len(f"mqtool apply {shell_path(plan)} --yes")) + ".json")
     plan.parent.mkdir()
