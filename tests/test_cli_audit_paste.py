@@ -179,3 +179,33 @@ def test_a_command_in_backticks_after_a_bracket_is_kept_whole_too():
         assert all(len(line) <= width for line in lines), (width, lines)
         for command in ("`mqtool verify '/tmp/on call/store' --keep-going`", "`mqtool dump '/tmp/on call/store' --keep-going`"):
             assert any(command in line for line in lines), (width, lines)
+
+
+def test_a_plan_shown_without_yes_names_the_command_that_applies_it_and_that_command_does(tmp_path):
+    """``recover``, ``rebuild-cq`` and ``apply PLAN`` without ``--yes`` refused with "re-run with --yes to apply it", and
+    ``repair``'s plan ended "apply it with --yes": no command to paste, the options that matter (``--broker-config``,
+    ``--backup-dir``, the queue) left to retyping, the store's path with a space to quoting. Each now names the command;
+    pasted as it is, it applies that plan (exit 0) with the backup where asked."""
+    import re
+    import shlex
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
+    (store / "consumequeue" / "TopicTest" / "2" / "00000000000000000000").write_bytes(b"")  # something for rebuild-cq to do
+    conf = tmp_path / "broker a.conf"
+    conf.write_text("maxHashSlotNum=1000\nmaxIndexNum=4000\n")
+    plan = tmp_path / "the plan.json"
+    assert runner.invoke(app, ["recover", str(store), "--plan-out", str(plan)]).exit_code == 0
+    asked = [["recover", str(store), "--broker-config", str(conf), "--backup-dir", str(tmp_path / "bk 1")],
+             ["rebuild-cq", str(store), "--topic", "TopicTest", "--queue", "2", "--broker-version", "4.9.7", "--backup-dir", str(tmp_path / "bk 2")],
+             ["repair", str(store), "--broker-version", "4.9.7", "--backup-dir", str(tmp_path / "bk 3")],
+             ["apply", str(plan), "--backup-dir", str(tmp_path / "bk 4")]]
+    for k, args in enumerate(asked, 1):
+        shown = runner.invoke(app, args)
+        assert shown.exit_code == (0 if args[0] == "repair" else 4), shown.output[-800:]
+        said = shlex.split(re.search(r"apply it(?: with)?: (mqtool .*)$", shown.stderr.splitlines()[-1]).group(1))
+        assert said[:3] == ["mqtool", *args[:2]] and sorted(said[3:]) == sorted([*args[2:], "--yes"]), (said, args)
+        done = runner.invoke(app, said[1:])
+        assert done.exit_code == 0 and (tmp_path / f"bk {k}").is_dir(), done.output[-800:]
+        restored = runner.invoke(app, ["restore", str(tmp_path / f"bk {k}"), "--yes"])
+        assert restored.exit_code == 0, restored.output[-800:]
+

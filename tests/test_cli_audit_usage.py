@@ -128,7 +128,7 @@ def test_a_plan_into_a_closed_pipe_keeps_its_exit_code_and_saves_its_plan_file(t
     store = copy_store("5.3.3", "crashed-small", tmp_path / "store")  # a plan looks for a live broker: not the shared fixture
     shown = into_a_closed_pipe("recover", store)
     assert shown.returncode == EXIT_REFUSED, shown.stderr
-    assert shown.stderr.splitlines()[-1] == "mqtool: error: refused without --yes: the plan is only shown, nothing changed; re-run with --yes to apply it"
+    assert shown.stderr.splitlines()[-1] == f"mqtool: error: refused without --yes: the plan is only shown, nothing changed; re-run with --yes to apply it: mqtool recover {store} --yes"
     saved = into_a_closed_pipe("recover", store, "--plan-out", tmp_path / "plan.json")
     assert saved.returncode == 0 and (tmp_path / "plan.json").stat().st_size > 0, saved.stderr
 

@@ -152,8 +152,9 @@ def test_debug_adds_the_traceback_and_keeps_the_line_and_the_exit_code(tmp_path,
     was raised out of mqtool instead: a traceback alone and Python's exit 1 (the code of findings), so
     `recover STORE --debug` without --yes exited 1, not 4, and a missing store 1, not 3."""
     debug = ["--debug"]
+    store = copy_store("4.9.7", "crashed-small", tmp_path / f"store{before}")
     for args, code, line in [(["info", tmp_path / "missing"], EXIT_BAD_INPUT, f"{tmp_path / 'missing'}: no such file or directory"),
-                             (["recover", copy_store("4.9.7", "crashed-small", tmp_path / f"store{before}")], EXIT_REFUSED, "refused without --yes: the plan is only shown, nothing changed; re-run with --yes to apply it")]:
+                             (["recover", store], EXIT_REFUSED, f"refused without --yes: the plan is only shown, nothing changed; re-run with --yes to apply it: mqtool recover {store} --yes")]:
         result = run(*debug, *args) if before else run(*args, *debug)
         assert (result.exit_code, result.stderr.splitlines()[-1]) == (code, f"mqtool: error: {line}")
         assert result.stderr.startswith("Traceback (most recent call last):")

@@ -53,7 +53,7 @@ def test_repair_without_yes_prints_the_plan_and_exits_0(tmp_path):
     root = copy_store("4.9.7", "crashed-small", tmp_path)
     shown = cli("repair", root)
     assert shown.returncode == EXIT_OK, shown.stderr
-    assert "error" not in shown.stderr and "apply it with --yes" in shown.stderr
+    assert "error" not in shown.stderr and f"apply it with: mqtool repair {root} --yes" in shown.stderr
     assert shown.stdout.startswith("Plan: repair")
 
 
