@@ -209,3 +209,23 @@ def test_a_plan_shown_without_yes_names_the_command_that_applies_it_and_that_com
         restored = runner.invoke(app, ["restore", str(tmp_path / f"bk {k}"), "--yes"])
         assert restored.exit_code == 0, restored.output[-800:]
 
+
+def test_the_command_finishing_an_interrupted_recover_keeps_its_broker_config(tmp_path):
+    """``recover STORE --broker-config FILE --yes`` killed mid-apply. Before: ``info`` said ``run `mqtool recover STORE
+    --yes` to finish it``: the broker.conf the plan was made with (its file sizes, index geometry) dropped from the
+    command, which plans anew without it once the apply is finished (a repair's stages kept it). Now the command names it."""
+    import re
+    import shlex
+
+    from repair_support import mqtool
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
+    conf = tmp_path / "broker a.conf"
+    conf.write_text("maxHashSlotNum=1000\nmaxIndexNum=4000\n")
+    killed = mqtool("recover", store, "--broker-config", conf, "--yes", "--backup-dir", tmp_path / "bk", env={"MQTOOL_TEST_KILL_AT": "2"})
+    assert killed.returncode == -9, killed.stderr
+    line = runner.invoke(app, ["info", str(store)]).stderr.splitlines()[0]
+    finish = shlex.split(re.search(r"run `([^`]*)` to finish it", line).group(1))
+    assert finish == ["mqtool", "recover", str(store), "--broker-config", str(conf), "--yes"], line
+    done = runner.invoke(app, finish[1:])
+    assert done.exit_code == 0 and "the interrupted recover apply is finished" in done.stderr, done.output[-800:]

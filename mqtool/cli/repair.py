@@ -241,6 +241,8 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         return
     if not yes:
         raise Refused(f"{NOT_APPLIED}: {with_yes(finish_command(root, {'plan': plan.to_dict(), 'command': command}), backup_dir, force, broker_config)}")
+    if broker_config is not None:  # in the backup's plan, so that the command finishing an interrupted apply names it (as a repair's stages do)
+        plan = dataclasses.replace(plan, options={**plan.options, "broker_config": str(Path(broker_config).resolve())})
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
         s = backup.summary()  # said with interrupts still deferred: a Ctrl-C after the last write is ignored
