@@ -39,8 +39,7 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(text) if "'" in text or '"' in text else text.split()
 
 
-SUBCOMMANDS = frozenset("info verify recover repair salvage restore apply survivors query dump offsets stats truncate-dirty "
-                        "rebuild-cq rebuild-index".split())
+_SUBCOMMAND = re.compile(r"[a-z]+(-[a-z]+)*")  # a subcommand's shape (``mqtool rebuild-cq``), whatever the command list holds
 _ENDS = (",", ";", ")")  # punctuation after a command's last word in prose
 _SPACED = re.compile(r"\S+")
 
@@ -59,7 +58,7 @@ def unit_spans(text: str, width: int) -> list[tuple[int, int]]:
         word, last = text[spans[i][0] : spans[i][1]], i
         if word.lstrip("(").startswith("`") and word.count("`") == 1:  # `mqtool verify STORE` or (`mqtool ...
             last = next((k for k in range(i + 1, len(spans)) if "`" in text[spans[k][0] : spans[k][1]]), i)
-        elif word == "mqtool" and i + 2 < len(spans) and text[spans[i + 1][0] : spans[i + 1][1]] in SUBCOMMANDS:
+        elif word == "mqtool" and i + 2 < len(spans) and _SUBCOMMAND.fullmatch(text[spans[i + 1][0] : spans[i + 1][1]]):
             last = i + 2
             while not text[spans[last][0] : spans[last][1]].endswith(_ENDS) and last + 1 < len(spans) and text[spans[last + 1][0]] == "-":
                 last += 1

@@ -21,7 +21,6 @@ from typing import Callable
 from .. import activity
 from ..errors import BadInput, Refused
 from ..formats.markers import LOCK_FILE
-from ..recovery.plans import PLAN_LEVELS, readable_json
 from ..fileops import (TMP_SUFFIX, beside, copy_entry, copy_sparse, deleted_on_failure, fsync_dir, install, link_or_copy, makedirs, naming, owner_for,
                        read_range, remove, remove_entry, shell_path, write_atomic, write_range)
 
@@ -92,6 +91,8 @@ def new_manifest(store_root: Path, plan_doc: dict, step: str | None = None, plan
 def manifest_bytes(manifest: dict) -> bytes:
     """``manifest`` as ``manifest.json`` holds it: a key a line, and the plan's as ``--plan-out`` saves it (``readable_json``:
     a queue, action or file a line); older backups' (``indent=1``) are read alike, by ``json.loads``."""
+    from ..recovery.plans import PLAN_LEVELS, readable_json  # the plan model: only where an apply writes (``verify`` reads backups)
+
     return readable_json(manifest, PLAN_LEVELS + 1).encode()
 
 
