@@ -213,8 +213,8 @@ def test_the_chains_last_batches_are_checked_while_the_next_start_is_settled(mon
     settled, last_batch_saw_it = threading.Event(), []
     settle, check = Verification._settle_next_start, SharedWalk._check
 
-    def settle_and_say(self, walked):
-        settle(self, walked)
+    def settle_and_say(self, walked, dispatched=None):
+        settle(self, walked, dispatched)
         settled.set()
 
     def check_the_last_after_settling(self, batch):
