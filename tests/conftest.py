@@ -311,3 +311,31 @@ def stderr_on_a_terminal(args, columns: int = 100, stdout_file: Path | None = No
         proc.wait(timeout=300)
     os.close(master)
     return shown.decode("utf-8", "replace"), out if stdout_file is None else Path(stdout_file).read_text()
+
+
+def terminal_run(args, columns: int = 100, env=None, timeout: int = 300) -> tuple[int, str]:
+    """Run mqtool with stdin, stdout and stderr on a pseudo-terminal of ``columns`` x 40: its exit code and output."""
+    import fcntl
+    import pty
+    import struct
+    import subprocess
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")} | {"TERM": "xterm-256color"} | (env or {})
+    proc = subprocess.Popen([sys.executable, "-m", "mqtool", *map(str, args)], stdin=slave, stdout=slave, stderr=slave, env=environ,
+                            close_fds=True)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    code = proc.wait(timeout=timeout)
+    os.close(master)
+    return code, b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")

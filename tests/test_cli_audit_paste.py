@@ -4,23 +4,16 @@ its fix."""
 
 from __future__ import annotations
 
-import fcntl
 import itertools
 import json
-import os
-import pty
-import struct
-import subprocess
-import sys
 import tempfile
-import termios
 from pathlib import Path
 
 import pytest
 
 from typer.testing import CliRunner
 
-from conftest import copy_store, store_path
+from conftest import copy_store, store_path, terminal_run
 from mqtool.cli import app
 from mqtool.fileops import shell_path
 
@@ -36,25 +29,8 @@ def short_tmp():
 
 
 def in_terminal(args, columns: int) -> tuple[int, str]:
-    """Run mqtool with stdin, stdout and stderr on a pseudo-terminal of ``columns`` x 40: its exit code and output."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")} | {"NO_COLOR": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "mqtool", *map(str, args)], stdin=slave, stdout=slave, stderr=slave,
-                            env=env, close_fds=True)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    code = proc.wait(timeout=300)
-    os.close(master)
-    return code, b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+    """mqtool on a pseudo-terminal without colour: its exit code and output."""
+    return terminal_run(args, columns, {"NO_COLOR": "1"})
 
 
 def test_the_undo_line_on_a_terminal_keeps_its_restore_command_on_one_line(short_tmp):

@@ -5,24 +5,19 @@ quiet exit 0 into a closed pipe, pasteable shell-quoted commands, ``info`` witho
 from __future__ import annotations
 
 import collections
-import fcntl
 import functools
 import io
 import json
-import os
-import pty
 import re
 import shlex
-import struct
 import subprocess
 import sys
-import termios
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
-from conftest import copy_store, manifest, store_path
+from conftest import copy_store, manifest, store_path, terminal_run
 from mqtool.cli import app
 from mqtool.cli.output import heading, iso_ms
 from mqtool.errors import EXIT_USAGE
@@ -205,25 +200,7 @@ def test_verify_findings_are_whole(width):
 
 def in_terminal(args, columns=100, env=None, timeout=300) -> str:
     """Run mqtool with stdout and stderr on a pseudo-terminal of ``columns`` x 40; its output."""
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-    environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")}
-    environ["TERM"] = "xterm-256color"
-    environ.update(env or {})
-    proc = subprocess.Popen(MQTOOL + [str(a) for a in args], stdin=slave, stdout=slave, stderr=slave, env=environ, close_fds=True)
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        chunks.append(data)
-    proc.wait(timeout=timeout)
-    os.close(master)
-    return b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+    return terminal_run(args, columns, env, timeout)[1]
 
 
 def test_in_a_terminal_tables_fit_its_width_and_bold_headers_obey_no_color():
