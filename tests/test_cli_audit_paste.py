@@ -160,8 +160,8 @@ def test_a_command_in_backticks_after_a_bracket_is_kept_whole_too():
 def test_a_plan_shown_without_yes_names_the_command_that_applies_it_and_that_command_does(tmp_path):
     """``recover``, ``rebuild-cq`` and ``apply PLAN`` without ``--yes`` refused with "re-run with --yes to apply it", and
     ``repair``'s plan ended "apply it with --yes": no command to paste, the options that matter (``--broker-config``,
-    ``--backup-dir``, the queue) left to retyping, the store's path with a space to quoting. Each now names the command;
-    pasted as it is, it applies that plan (exit 0) with the backup where asked."""
+    ``--backup-dir``, the queue, ``--normal``) left to retyping, the store's path with a space to quoting. Each now names
+    the command as given; pasted as it is, it applies that plan (exit 0) with the backup where asked."""
     import re
     import shlex
 
@@ -174,7 +174,8 @@ def test_a_plan_shown_without_yes_names_the_command_that_applies_it_and_that_com
     asked = [["recover", str(store), "--broker-config", str(conf), "--backup-dir", str(tmp_path / "bk 1")],
              ["rebuild-cq", str(store), "--topic", "TopicTest", "--queue", "2", "--broker-version", "4.9.7", "--backup-dir", str(tmp_path / "bk 2")],
              ["repair", str(store), "--broker-version", "4.9.7", "--backup-dir", str(tmp_path / "bk 3")],
-             ["apply", str(plan), "--backup-dir", str(tmp_path / "bk 4")]]
+             ["apply", str(plan), "--backup-dir", str(tmp_path / "bk 4")],
+             ["recover", str(store), "--normal", "--lost-limit", "5", "--backup-dir", str(tmp_path / "bk 5")]]  # not the abort file's mode
     for k, args in enumerate(asked, 1):
         shown = runner.invoke(app, args)
         assert shown.exit_code == (0 if args[0] == "repair" else 4), shown.output[-800:]
@@ -182,6 +183,8 @@ def test_a_plan_shown_without_yes_names_the_command_that_applies_it_and_that_com
         assert said[:3] == ["mqtool", *args[:2]] and sorted(said[3:]) == sorted([*args[2:], "--yes"]), (said, args)
         done = runner.invoke(app, said[1:])
         assert done.exit_code == 0 and (tmp_path / f"bk {k}").is_dir(), done.output[-800:]
+        if "--normal" in args:  # the plan shown is the plan applied: the mode asked for kept in the pasted command
+            assert json.loads((tmp_path / f"bk {k}" / "manifest.json").read_text(encoding="utf-8"))["plan"]["mode"] == "normal"
         restored = runner.invoke(app, ["restore", str(tmp_path / f"bk {k}"), "--yes"])
         assert restored.exit_code == 0, restored.output[-800:]
 

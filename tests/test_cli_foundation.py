@@ -154,7 +154,8 @@ def test_debug_adds_the_traceback_and_keeps_the_line_and_the_exit_code(tmp_path,
     debug = ["--debug"]
     store = copy_store("4.9.7", "crashed-small", tmp_path / f"store{before}")
     for args, code, line in [(["info", tmp_path / "missing"], EXIT_BAD_INPUT, f"{tmp_path / 'missing'}: no such file or directory"),
-                             (["recover", store], EXIT_REFUSED, f"refused without --yes: the plan is only shown, nothing changed; re-run with --yes to apply it: mqtool recover {store} --yes")]:
+                             (["recover", store], EXIT_REFUSED, "refused without --yes: the plan is only shown, nothing changed; re-run with --yes to apply it: "
+                              + (f"mqtool --debug recover {store} --yes" if before else f"mqtool recover {store} --debug --yes"))]:  # as typed
         result = run(*debug, *args) if before else run(*args, *debug)
         assert (result.exit_code, result.stderr.splitlines()[-1]) == (code, f"mqtool: error: {line}")
         assert result.stderr.startswith("Traceback (most recent call last):")

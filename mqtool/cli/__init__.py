@@ -233,6 +233,7 @@ class MqtoolGroup(TyperGroup):
 
         State.debug = State.quiet = State.version_said = State.root_said = False
         State.broker_configs = {}
+        State.args = [str(a) for a in (sys.argv[1:] if args is None else args)]
         install()  # values converted without pydantic
         try:
             code = super().main(args, prog_name or "mqtool", complete_var, standalone_mode=False, **extra)

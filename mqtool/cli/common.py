@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import shlex
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -209,3 +210,9 @@ def read_on(store: Store, end: ScanEnd, stop, keep_going: bool = False) -> int |
         return None
     note(end.skipped_note(resumed))
     return resumed
+
+
+def this_command_with_yes() -> str:
+    """The command being run, as given (every word quoted to paste), with ``--yes``: what applies the plan it just showed,
+    its options (``--abnormal``, ``--index-safe``, ``--topic``, ``--broker-config``, ``--backup-dir``, ...) kept."""
+    return " ".join(["mqtool", *map(shlex.quote, State.args), "--yes"])

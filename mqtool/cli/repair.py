@@ -19,7 +19,7 @@ from .. import apply as writer  # its executor (and the kernels it loads) on fir
 from ..apply import BackupSet, default_backup_dir, read_pending, restore
 from ..apply.backup import (
     BACKUPS_DIR, REPAIR_MARKER, RESERVE, STAGE_NAME, applied_backup, changed_by_others, clear_repair_mark, finish_command, interrupted_apply_ways,
-    later_backups, leftover_temporaries, moved_from, newest_first, read_manifest, rerun_command, refuse_backup_inside, refuse_changed, refuse_incomplete,
+    later_backups, leftover_temporaries, moved_from, newest_first, read_manifest, refuse_backup_inside, refuse_changed, refuse_incomplete,
     refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending)
 from ..apply.heap import release_free_heap
 from ..fileops import TMP_SUFFIX, WRITE_REFUSED, salvage_command, write_atomic
@@ -28,7 +28,7 @@ from ..recovery.plans import CommitLogPlan, LostMessages, Plan, PlanOptions
 from ..store.liveness import store_users
 from ..store.store import STORE_PARTS
 from ..store.mappedfile import sigbus_says
-from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, broker_config_of, guarded, note, open_store, shell_path, silence_stdout
+from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, broker_config_of, guarded, note, open_store, shell_path, silence_stdout, this_command_with_yes
 from .state import State
 from .store_state import restore_interrupted, stopped_repair_line, stopped_repair_state
 from .output import OutputFormat, Screen, emit_document, iso_ms, kv_table, titled_table
@@ -240,21 +240,13 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         note_nothing_to_do(plan)
         return
     if not yes:
-        raise Refused(f"{NOT_APPLIED}: {with_yes(finish_command(root, {'plan': plan.to_dict(), 'command': command}), backup_dir, force, broker_config)}")
+        raise Refused(f"{NOT_APPLIED}: {this_command_with_yes()}")
     if broker_config is not None:  # in the backup's plan, so that the command finishing an interrupted apply names it (as a repair's stages do)
         plan = dataclasses.replace(plan, options={**plan.options, "broker_config": str(Path(broker_config).resolve())})
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
         s = backup.summary()  # said with interrupts still deferred: a Ctrl-C after the last write is ignored
         note_undo(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {shell_path(target)}", target, finished)
-
-
-def with_yes(command: str, backup_dir: Path | None, force: bool, broker_config: Path | None = None) -> str:
-    """``command`` (the plan's, ``... --yes``) with the ``--broker-config``, ``--backup-dir`` and ``--force`` given to this
-    run: the command that applies the plan just shown, to paste."""
-    extra = [f"--{name} {shell_path(Path(value).absolute())}" for name, value in (("broker-config", broker_config), ("backup-dir", backup_dir))
-             if value is not None and f" --{name} " not in command]
-    return " ".join([command.removesuffix(" --yes"), *extra, *(["--force"] if force else []), "--yes"])
 
 
 def _save_plan(plan_out: Path, data: bytes) -> None:
@@ -417,8 +409,7 @@ def repair(store: StoreRootArg, yes: YesOpt = False, dry_run: DryRunOpt = False,
         _say_nothing_to_repair(plan, yes)
         return
     if not yes:
-        yes_line = with_yes(rerun_command("repair", root, broker_version=broker_version), backup_dir, force, broker_config)
-        note(f"nothing changed yet: this is the plan; apply it with: {yes_line}")  # the normal first step: exit 0
+        note(f"nothing changed yet: this is the plan; apply it with: {this_command_with_yes()}")  # the normal first step: exit 0
         return
     stages = RepairStages(root, target, broker_config)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), stages.marked(), stages.undone_on_failure():
@@ -709,7 +700,7 @@ def apply(plan_file: Annotated[Path, typer.Argument(help="A plan saved with --pl
         return
     if not yes:
         writer.check_inputs(root, plan)  # the preview meets the refusal --yes would: "re-run with --yes" would be refused
-        raise Refused(f"{NOT_APPLIED}: {with_yes(f'mqtool apply {shell_path(plan_file)} --yes', backup_dir, force)}")
+        raise Refused(f"{NOT_APPLIED}: {this_command_with_yes()}")
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), plan_file=plan_file)
         note_undo(f"{plan.command} applied; backup in {shell_path(target)}", target, finished)
