@@ -434,7 +434,7 @@ def test_info_says_a_live_lock_and_an_interrupted_apply(tmp_path, monkeypatch):
     shown = run("info", store, env={"COLUMNS": "100"})
     assert shown.exit_code == 0 and shown.stderr.count("\n") == 1
     line = shown.stderr.strip()
-    assert line.startswith(f"mqtool: an apply on this store was interrupted (backup {backup})")
+    assert line.startswith(f"mqtool: an apply on this store was interrupted (backup {shlex.quote(str(backup))})")
     assert shlex.split(line.split("undo it with: ", 1)[1]) == ["mqtool", "restore", str(backup), "--yes"]
     assert json.loads(run("info", store, "-f", "json").stdout)["interrupted_apply"] == str(backup)
     assert "lock file present interrupted apply backup" in " ".join(shown.stdout.split())
@@ -507,7 +507,7 @@ def test_a_restore_stopped_by_a_full_disk_leaves_nothing_where_the_broker_loads_
     monkeypatch.setattr(backups, "_put_back", real_put_back)
     staged = [rel for rel in tree(store) if rel not in before and rel not in repaired]
     assert staged and all(rel.startswith(".mqtool-staging/") or rel == ".mqtool-pending" for rel in staged), staged
-    assert f"a restore on this store was interrupted (backup {backup}): the store is partly restored; finish it with: mqtool restore {shlex.quote(str(backup))} --yes" in run("info", store).stderr
+    assert f"a restore on this store was interrupted (backup {shlex.quote(str(backup))}): the store is partly restored; finish it with: mqtool restore {shlex.quote(str(backup))} --yes" in run("info", store).stderr
     again = run("restore", backup, "--yes")
     assert again.exit_code == 0, again.stderr
     assert tree(store) == before
@@ -747,7 +747,7 @@ def test_applying_a_saved_plan_twice_says_it_was_applied(tmp_path):
     again = run("apply", plan, "--yes")
     assert again.exit_code == 0, again.stderr
     line = again.stderr.splitlines()[-1]
-    assert line.startswith(f"mqtool: this plan was applied already (backup {backup}); nothing changed")
+    assert line.startswith(f"mqtool: this plan was applied already (backup {shlex.quote(str(backup))}); nothing changed")
     assert shlex.split(line.split("undo it with: ", 1)[1]) == ["mqtool", "restore", str(backup), "--yes"]
     assert tree(store) == after
     assert run("restore", backup, "--yes").exit_code == 0

@@ -51,7 +51,7 @@ def test_info_names_a_repair_killed_between_stages_and_repair_again_finishes_it(
     shown = run("info", store)
     assert shown.exit_code == EXIT_OK and "Traceback" not in shown.output
     line = shown.stderr.splitlines()[0]
-    assert line.startswith(f"mqtool: a repair on this store stopped before its last stage (backup {backup}: stage(s) 01-recover done)"), line
+    assert line.startswith(f"mqtool: a repair on this store stopped before its last stage (backup {shlex.quote(str(backup))}: stage(s) 01-recover done)"), line
     finish, undo = commands_said(line)  # the repair again as it was run (its --broker-version too), and the undo
     assert (finish, undo) == (["mqtool", "repair", str(store), "--broker-version", "4.9.7", "--yes"], ["mqtool", "restore", str(backup), "--yes"])
     wide = runner.invoke(app, ["info", str(store)], env={"COLUMNS": "400"})  # the row on one line, however long the temporary path

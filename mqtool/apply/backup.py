@@ -838,7 +838,7 @@ def refuse_incomplete(backups: list[BackupSet]) -> None:
 
 def unfinished_restore_line(pending: Path) -> str:
     """What a stopped restore of ``pending`` left, and the ``restore`` that finishes it."""
-    return (f"a restore on this store was interrupted (backup {pending}): the store is partly restored; "
+    return (f"a restore on this store was interrupted (backup {shell_path(pending)}): the store is partly restored; "
             f"finish it with: {undo_command(pending)}")
 
 

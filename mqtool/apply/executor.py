@@ -33,7 +33,7 @@ from .backup import (RESTORE_ROOM, STAGING_DIR, WIDEST, BackupSet, clear_pending
                      manifest_bytes, new_manifest, read_pending, refuse_backup_inside, restore, staging_path, undo_command, unfinished_restore_line,
                      work_path, write_pending)
 from .heap import release_free_heap
-from ..fileops import (copy_sparse, deleted_on_failure, fsync_dir, fsync_path, install, makedirs, naming, owner_for, remove, write_atomic,
+from ..fileops import (copy_sparse, deleted_on_failure, fsync_dir, fsync_path, install, makedirs, naming, owner_for, remove, shell_path, write_atomic,
                        write_range, zero_range)
 
 
@@ -608,7 +608,7 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
         raise BadInput(f"{root}: the plan's store does not exist (moved or renamed since the plan was saved?): plan again on the store where it is")
     pending = read_pending(root)
     if pending is not None:
-        raise Refused(f"{root}: an earlier apply was interrupted (backup {pending}); {interrupted_apply_ways(root, pending)}")
+        raise Refused(f"{root}: an earlier apply was interrupted (backup {shell_path(pending)}); {interrupted_apply_ways(root, pending)}")
     check_inputs(root, plan)
     refuse_backup_inside(root, backup_dir)
     reserve = refuse_no_room(root, plan, backup_dir, step, later, plan_file)

@@ -156,7 +156,7 @@ def note_interrupted(root: Path) -> None:
     if restore_interrupted(pending):
         note(f"{unfinished_restore_line(pending)}; this plan is made on the partly restored store")
         return
-    note(f"an earlier apply on this store was interrupted (backup {pending}): this plan is made on the half-applied store; "
+    note(f"an earlier apply on this store was interrupted (backup {shell_path(pending)}): this plan is made on the half-applied store; "
          f"{interrupted_apply_ways(root, pending)}")
 
 
@@ -171,8 +171,8 @@ def _finish_interrupted(root: Path, yes: bool, force: bool) -> Path | None:
     if restore_interrupted(pending):  # finishing the apply would count what the restore put back as done: the restore first
         raise Refused(unfinished_restore_line(pending))
     if not yes or not pending.exists() or moved_from(root, pending) is not None:  # moved: its backup restores where it was only
-        raise Refused(f"an earlier apply on this store was interrupted (backup {pending}): {interrupted_apply_ways(root, pending)}")
-    note(f"finishing the interrupted apply first (backup {pending})")
+        raise Refused(f"an earlier apply on this store was interrupted (backup {shell_path(pending)}): {interrupted_apply_ways(root, pending)}")
+    note(f"finishing the interrupted apply first (backup {shell_path(pending)})")
     with executor().hold_store_lock(root, force):
         writer.resume_pending(root, progress=lambda m: note(f"  {m}"))
     return pending
@@ -388,7 +388,7 @@ def repair(store: StoreRootArg, yes: YesOpt = False, dry_run: DryRunOpt = False,
     if stopped is not None and moved_from(root, stopped.backup) is not None:  # its stages restore where the store was only
         raise Refused(stopped_repair_line(root, stopped_repair_state(root)))
     if stopped is not None:
-        note(f"a repair on this store stopped before its last stage (backup {stopped.backup}): this plan finishes it, adding its stages there")
+        note(f"a repair on this store stopped before its last stage (backup {shell_path(stopped.backup)}): this plan finishes it, adding its stages there")
         if finished is not None and finished.resolve().parent == stopped.backup.resolve():
             finished = None  # a stage of that repair: the one restore of its backup undoes it with the others, no second step
     with scans_shown(), planning():
@@ -696,7 +696,7 @@ def apply(plan_file: Annotated[Path, typer.Argument(help="A plan saved with --pl
         note_nothing_to_do(plan)
         return
     if done is not None:  # its inputs changed by its own apply: "plan again" would mislead
-        note(f"this plan was applied already (backup {done}); nothing changed: undo it with: mqtool restore {shell_path(done)} --yes")
+        note(f"this plan was applied already (backup {shell_path(done)}); nothing changed: undo it with: mqtool restore {shell_path(done)} --yes")
         return
     if not yes:
         writer.check_inputs(root, plan)  # the preview meets the refusal --yes would: "re-run with --yes" would be refused
@@ -806,7 +806,7 @@ def _refuse_another_pending(root: Path, backup: Path) -> None:
         return
     if restore_interrupted(pending):
         raise Refused(f"{unfinished_restore_line(pending)}; then restore {shell_path(backup)}")
-    raise Refused(f"an apply on this store was interrupted (backup {pending}): finish or undo it before restoring another backup: "
+    raise Refused(f"an apply on this store was interrupted (backup {shell_path(pending)}): finish or undo it before restoring another backup: "
                   f"{interrupted_apply_ways(root, pending)}")
 
 

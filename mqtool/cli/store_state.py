@@ -49,7 +49,7 @@ def stopped_repair_line(root: Path, stopped: dict) -> str:
 
     was = moved_from(root, Path(stopped["backup"]))  # a store moved since: its stages are finished or undone where it was
     first, at = ("", root) if was is None else (f"{moved_line(was, 'repair')}, then ", was)
-    return (f"a repair on this store stopped before its last stage (backup {stopped['backup']}: {done}{cut}): "
+    return (f"a repair on this store stopped before its last stage (backup {shell_path(stopped['backup'])}: {done}{cut}): "
             f"{first}run `{rerun_command('repair', at, broker_config=stopped.get('broker_config'), broker_version=stopped.get('broker_version'))}` "
             "again to finish it, "
             f"or `mqtool restore {shell_path(stopped['backup'])} --yes` to undo it")
@@ -70,7 +70,7 @@ def unfinished_lines(root: Path, state: dict) -> list[str]:
     if pending is not None and not restoring and not a_stage:  # a stage cut short is finished or undone with its repair
         from ..apply.backup import interrupted_apply_ways
 
-        lines.append(f"an apply on this store was interrupted (backup {pending}): the store is half-repaired; {interrupted_apply_ways(root, Path(pending))}")
+        lines.append(f"an apply on this store was interrupted (backup {shell_path(pending)}): the store is half-repaired; {interrupted_apply_ways(root, Path(pending))}")
     return lines
 
 
