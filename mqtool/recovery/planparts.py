@@ -11,7 +11,7 @@ from ..errors import BadInput, BadStoreFile, Refused
 from ..formats import markers
 from ..formats.dispatch import (NO_MULTI_DISPATCH, SCHEDULE_TOPIC, UNDECIDED_MULTI_DISPATCH, UNDECIDED_RELEASE, DispatchThrows,
                                 LmqNotifyThrows)
-from ..formats.index import DEFAULT_GEOMETRY
+from ..formats.index import DEFAULT_GEOMETRY, index_file_size
 from ..store import Store
 from ..store.store import SEGMENT_SIZE
 from ..store.commitlog import StopReason
@@ -404,3 +404,12 @@ def with_inputs(store: Store, plan: Plan, sims: dict, *, with_crc: bool) -> Plan
     read += [root / "checkpoint", root / markers.ABORT_FILE]
     return replace(plan, inputs=tuple(Fingerprint(rel(store, p), st.st_size, st.st_mtime_ns, file_crc32(p) if with_crc and p in changed else None)
                                       for p in dict.fromkeys(read + sorted(changed)) if p.exists() for st in [p.stat()]))  # each once, in order
+
+
+def default_geometry_note(slots: int, entries: int) -> str:
+    """Index files made where no file shows the geometry and no broker.conf gives it (``rebuild-index``, a recovery that
+    creates them): the broker's defaults, 420 MB a file, which a broker configured otherwise does not read as it wrote them."""
+    return (f"no index file and no --broker-config: the index files are made with the broker's default geometry ({slots} slots "
+            f"x {entries} entries, {index_file_size(slots, entries)} bytes a file); pass --broker-config where broker.conf sets "
+            "maxHashSlotNum or maxIndexNum")
+

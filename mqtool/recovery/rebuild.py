@@ -18,7 +18,7 @@ from ..store import Store
 from ..store.commitlog import CommitLog, ScanEnd
 from ..dispatch.placement import ENTRY_BUFFER, H_INDEX_COUNT, H_PUT, IndexPlacement
 from ..dispatch.scanner import TAGS_DELIVERY_TIME, DispatchBatch, DispatchCache, DispatchScanner, TopicTable
-from .planparts import (DEFAULT_GEOMETRY, config_options, geometry, multi_dispatch, planned_entries, put_index, queue_actions, queue_plan,
+from .planparts import (DEFAULT_GEOMETRY, default_geometry_note, config_options, geometry, multi_dispatch, planned_entries, put_index, queue_actions, queue_plan,
                         rel, store_version, with_inputs, write_action)
 from .plans import Action, CheckpointPlan, DispatchPhase, IndexFilePlan, IndexPlan, Plan, PlanOptions, QueuePlan
 from .queues import QueueSim
@@ -288,7 +288,7 @@ def plan_rebuild_index_one_version(store: Store, options: PlanOptions = PlanOpti
     cl = store.commitlog
     notes = []
     if store.index_geometry is None:
-        notes.append(f"no index file and no --broker-config: the broker's default geometry {DEFAULT_GEOMETRY[0]} slots x {DEFAULT_GEOMETRY[1]} entries is used")
+        notes.append(default_geometry_note(*DEFAULT_GEOMETRY))
     old = store.index_files
     moved, left = _not_rebuilt(store, old)
     if (refused := first_stray_refusal(store, left, INDEX_SERVICE)) is not None:

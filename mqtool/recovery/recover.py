@@ -8,14 +8,13 @@ from typing import TYPE_CHECKING
 
 from ..formats import checkpoint as cpfmt
 from ..formats import markers
-from ..formats.index import index_file_size
 from ..fileops import salvage_command, shell_path
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
 from ..dispatch.scanner import TAGS_DELIVERY_TIME, TAGS_HASH, DispatchCache, after_phys, first_throw
 from .logkinds import LogKind, RecoveryRun, log_kind
 from .sharedscans import SharedScans, scan_phase, topic_table
-from .planparts import (PhaseCounts, ScanResult, commitlog_plan, config_options, feed, index_gaps, index_placement, index_plan_of, multi_dispatch,
+from .planparts import (PhaseCounts, default_geometry_note, ScanResult, commitlog_plan, config_options, feed, index_gaps, index_placement, index_plan_of, multi_dispatch,
                         queue_actions, queue_plan, refusal, rel, reput_notify, store_version, unreadable_from_queues,
                         unwritable_checkpoint, with_inputs, write_action)
 from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, QueueSeed
@@ -194,15 +193,6 @@ def _queue_results(run: RecoveryRun) -> None:
         run.queue_plans.append(queue_plan(sim, mn, mx, clmin, run.rules.cq_min_offset_v5, seeds))
 
 
-def default_geometry_note(index_plan) -> str:
-    """Index files created where no file shows the geometry and no broker.conf gives it: the broker's defaults, 420 MB
-    a file, which a broker configured otherwise does not read as it wrote its files."""
-    size = index_file_size(index_plan.hash_slot_num, index_plan.index_num)
-    return (f"no index file and no --broker-config: the index files are created with the broker's default geometry "
-            f"({index_plan.hash_slot_num} slots x {index_plan.index_num} entries, {size} bytes a file); pass --broker-config "
-            "where broker.conf sets maxHashSlotNum or maxIndexNum")
-
-
 def _index_results(run: RecoveryRun, kind: LogKind) -> None:
     """The index plan, the write action, the log kind's actions, and the notes on what stays unindexed."""
     store, start = run.store, run.start
@@ -219,7 +209,7 @@ def _index_results(run: RecoveryRun, kind: LogKind) -> None:
     index_plan = run.index_plan
     run.actions += write_action(queue_writes, index_plan is not None and any(f.action in ("append", "create") for f in index_plan.files))
     if index_plan is not None and store.index_geometry is None and any(f.action == "create" for f in index_plan.files):
-        run.notes.append(default_geometry_note(index_plan))
+        run.notes.append(default_geometry_note(index_plan.hash_slot_num, index_plan.index_num))
     if index_plan is not None and run.index_enable and store.commitlog.segments:
         for a, b in index_gaps(store, index_plan, run.end, run.legacy):
             run.notes.append(f"no index file covers the keyed records in [{a}, {b}) (an index file is missing; the broker does not rebuild it): run `mqtool rebuild-index`")
