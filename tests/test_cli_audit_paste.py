@@ -208,3 +208,15 @@ def test_the_command_finishing_an_interrupted_recover_keeps_its_broker_config(tm
     assert finish == ["mqtool", "recover", str(store), "--broker-config", str(conf), "--yes"], line
     done = runner.invoke(app, finish[1:])
     assert done.exit_code == 0 and "the interrupted recover apply is finished" in done.stderr, done.output[-800:]
+
+
+def test_verifys_summary_names_a_store_with_a_space_quoted(tmp_path):
+    """Before: ``Summary /data/on call/store (broker ...)``, the one path of verify's output not quoted as every command
+    after it quotes it (and the wrap broke it at the space). Now quoted: pasted, it is the store."""
+    import re
+    import shlex
+
+    store = copy_store("4.9.7", "clean-small", tmp_path / "on call")
+    shown = runner.invoke(app, ["verify", str(store)], env={"COLUMNS": "200"})
+    named = re.search(r"^Summary (.*) \(broker ", shown.stdout, re.M).group(1)
+    assert named == shlex.quote(str(store)) and shlex.split(named) == [str(store)]

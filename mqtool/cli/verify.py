@@ -57,7 +57,7 @@ def _render_summary(console: Screen, s: dict[str, Any], root: Path | None, windo
     index = [f"index: {_counted(ix['files'], 'file')}, {_counted(ix['entries'], 'entry', 'entries')}"] if "index" in checks else []
     walked = {"commitlog", "cq", "index"} & set(checks)  # the checks that walk the commit log
     console.print(
-        f"[bold]Summary[/] {escape(s['store'] or '')} (broker {escape(s['version'] or '?')}; checks: {', '.join(checks)}"
+        f"[bold]Summary[/] {escape(shell_path(s['store'])) if s['store'] else ''} (broker {escape(s['version'] or '?')}; checks: {', '.join(checks)}"
         + (f"; commit log {window} only)\n" if window else ")\n")
         + (f"  commit log: {_counted(cl['records'], 'record')}, {cl['bytes']} bytes{segments}; logical end {cl['logical_end']} ({cl['end_reason']})\n" if walked else "")
         + (f"  {'; '.join(queues + index)}\n" if queues or index else "")
