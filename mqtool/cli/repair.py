@@ -241,12 +241,17 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         return
     if not yes:
         raise Refused(f"{NOT_APPLIED}: {this_command_with_yes()}")
-    if broker_config is not None:  # in the backup's plan, so that the command finishing an interrupted apply names it (as a repair's stages do)
-        plan = dataclasses.replace(plan, options={**plan.options, "broker_config": str(Path(broker_config).resolve())})
+    plan = naming_broker_config(plan, broker_config)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
         s = backup.summary()  # said with interrupts still deferred: a Ctrl-C after the last write is ignored
         note_undo(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {shell_path(target)}", target, finished)
+
+
+def naming_broker_config(plan: Plan, broker_config: Path | None) -> Plan:
+    """``plan`` with the ``--broker-config`` it was made with in its options, so that the backup's plan names it to the command
+    that finishes an interrupted apply (``finish_command``)."""
+    return plan if broker_config is None else dataclasses.replace(plan, options={**plan.options, "broker_config": str(Path(broker_config).resolve())})
 
 
 def _save_plan(plan_out: Path, data: bytes) -> None:
@@ -526,15 +531,14 @@ class RepairStages:
         self.root, self.target, self.done = root, target, []
         self.cut = 0  # the valid messages the stages' recovery cut (its plan's DAMAGE note)
         self.earlier = len(repair_stages(target))
-        # each stage's plan names the --broker-config it was made with: what finishing a stopped repair needs again
-        self.given = {} if broker_config is None else {"broker_config": str(broker_config.resolve())}
+        self.broker_config = broker_config  # named in each stage's plan (``naming_broker_config``): finishing a stopped repair needs it
 
     def apply(self, name: str, plan: Plan | None, cache=None, then: tuple = ()) -> None:
         """Apply stage ``name``; ``then``: the (step, plan) of later stages known now, whose backups' room is checked before this
         stage changes anything (the others are checked as each begins)."""
         if plan is None or plan.is_empty:
             return
-        plan = dataclasses.replace(plan, options={**plan.options, **self.given})
+        plan = naming_broker_config(plan, self.broker_config)
         directory = self.target / f"{self.earlier + len(self.done) + 1:02d}-{name}"
         writer.StopRequests.check()  # Ctrl-C since the last stage: stop before this one writes
         if self.done:

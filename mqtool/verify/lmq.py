@@ -198,13 +198,19 @@ def stall_throw(store: Store, stop: int, dispatched: Callable[[], Dispatched | N
     return None if how is None else (pending, how)
 
 
-def with_stall(store: Store, found: NextStart | None, dispatched: Callable[[], Dispatched | None] | None = None) -> NextStart | None:
+def with_stall(store: Store, found: NextStart | None) -> NextStart | None:
     """``found`` (``store.nextstart.next_start``) with where a start that ends the log at its end stops (``stall_of`` the
     ``stall_throw``, or None): every command that says where the next start ends (``info``, ``verify``, ``salvage``) says this one."""
+    return stalled_start(store, found)[0]
+
+
+def stalled_start(store: Store, found: NextStart | None, dispatched: Callable[[], Dispatched | None] | None = None
+                  ) -> tuple[NextStart | None, tuple[DispatchThrows, str] | None]:
+    """``with_stall``'s start and the ``stall_throw`` it says (None: none), for ``verify``'s finding of that record too."""
     if found is None or found.logical_end is None:
-        return found
+        return found, None
     throw = stall_throw(store, found.logical_end, dispatched)
-    return replace(found, stall=None if throw is None else stall_of(*throw))
+    return replace(found, stall=None if throw is None else stall_of(*throw)), throw
 
 
 def throw_finding(throw: DispatchThrows, how: str | None) -> Finding:

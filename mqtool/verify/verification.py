@@ -17,7 +17,7 @@ from . import CHECKS, CROSS_CHECKS, Progress, VerifyOptions
 from .commitlog import CommitLogCheck, CommitLogResult
 from .crosscheck import CrossCheckOutcome, CrossChecks
 from .findings import Finding, Summary
-from .lmq import LmqExpected, lmq_findings, stall_throw, throw_finding, with_stall
+from .lmq import LmqExpected, lmq_findings, stalled_start, throw_finding
 from .logstream import LogStream
 from ..store.segments import store_timestamp_at
 from .state import abort_findings, checkpoint_findings, config_findings, opened_first_findings
@@ -45,6 +45,7 @@ class Verification:
         self._broker_start: int | None = None
         # segment base -> chain prefix already walked and checked by another reader (``recover``'s plan)
         self.walked: dict | None = None
+        self.stall = None  # the record whose dispatch throws where the next start stops, and how (``_settle_next_start``)
         self.riding: dict[str, object] = {}  # the riders (``_riders``) of the cq check's walk whose findings stand
 
     def broker_start(self) -> int:
@@ -163,8 +164,8 @@ class Verification:
                 line = yield from lmq_findings(store, self.riding["lmq"], outcome.end.offset, start, stop)
                 if line:
                     summary.notes.append(line)
-            if "cq" in cross and summary.next_start is not None and summary.next_start.stall is not None:
-                throw, how = stall_throw(store, summary.next_start.logical_end)
+            if "cq" in cross and self.stall is not None:  # the record ``_settle_next_start`` found
+                throw, how = self.stall
                 if not lmq or isinstance(throw, LmqNotifyThrows):  # else the LMQ check reported it
                     yield throw_finding(throw, how)
             if "batch" in self.riding:
@@ -240,12 +241,13 @@ class Verification:
     def _settle_next_start(self, walked: tuple[int, ScanEnd] | None, dispatched=None) -> None:
         """``summary.next_start``: the broker's next start (``store.nextstart``), from the
         commit log check's walk where it made one (no second walk of the log), with where a
-        record whose dispatch throws stops it (``lmq.with_stall``; ``dispatched``: the shared walk's dispatch of the chain,
-        which spares it a scan of its own); the logical end the summary reports is its end (``NextStart.reported_end``)."""
+        record whose dispatch throws stops it (``lmq.stalled_start``, kept in ``stall``; ``dispatched``: the shared walk's
+        dispatch of the chain, which spares it a scan of its own); the logical end the summary reports is its end
+        (``NextStart.reported_end``)."""
         from ..store.nextstart import next_start
 
         walked_from, end = walked if walked is not None else (None, None)
-        found = with_stall(self.store, next_start(self.store, end, walked_from), dispatched)
+        found, self.stall = stalled_start(self.store, next_start(self.store, end, walked_from), dispatched)
         if found is not None:
             self.summary.logical_end, self.summary.end_reason = found.reported_end(end)
             self.summary.next_start = found
