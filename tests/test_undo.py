@@ -519,6 +519,66 @@ def test_a_commit_log_linked_to_another_file_system_is_restored(tmp_path, second
     assert {**tree(store_dir), **tree(second_disk)} == before and not read_pending(store_dir)
 
 
+def sparse_heavy(root: Path) -> None:
+    """Every file of ``root`` rewritten as the broker's preallocated files lie on disk: its 4 KiB blocks of zeros holes."""
+    for path in (p for p in sorted(root.rglob("*")) if p.is_file()):
+        data = path.read_bytes()
+        with open(path, "wb") as f:
+            for at in range(0, len(data), 4096):
+                if data[at : at + 4096].count(0) < len(data[at : at + 4096]):
+                    f.seek(at)
+                    f.write(data[at : at + 4096])
+            f.truncate(len(data))
+
+
+def blocks(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_blocks for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def keeps_holes_when_read(folder: Path) -> bool:
+    """Whether a file's holes stay holes when mapped and read, as on a disk (tmpfs gives each page read a block)."""
+    import mmap
+
+    probe = folder / "probe"
+    with open(probe, "w+b") as f:
+        f.truncate(1 << 20)
+        with mmap.mmap(f.fileno(), 1 << 20, prot=mmap.PROT_READ) as m:
+            sum(m[at] for at in range(0, 1 << 20, 4096))
+        held = os.fstat(f.fileno()).st_blocks
+    probe.unlink()
+    return held == 0
+
+
+@pytest.mark.parametrize("where", ["same disk", "other disk"])
+def test_a_restore_keeps_the_holes_of_the_files_it_puts_back(where, tmp_path, request):
+    """Commit log and queue files are preallocated and mostly holes. A recover of a segment with bytes after its valid end
+    backs up that range, zeroes it and deletes the later segment (whole, as the index file it rewrites): the restore gives
+    every file back byte for byte and no larger on disk. Before, a range was written back as zeros, taking blocks the original
+    never had, and a file kept by a copy (the backup on another disk) was put back without its holes smaller than 4 MiB."""
+    disk = tmp_path if keeps_holes_when_read(tmp_path) else request.getfixturevalue("second_disk")  # the scan maps every file
+    if not keeps_holes_when_read(disk):
+        pytest.skip("no file system here keeps a mapped file's holes")
+    other = (request.getfixturevalue("second_disk") if disk == tmp_path else tmp_path) if where == "other disk" else disk
+    store = copy_store("4.9.7", "crashed-small", disk / "s")
+    segment = store / "commitlog" / "00000000000003145728"
+    with open(segment, "r+b") as f:  # a dirty tail after the valid end (3611046), in the hole before the segment's end
+        f.seek(600000)
+        f.write(b"\1" * 20000)
+    sparse_heavy(store)
+    backup = other / "backup"
+    before, on_disk = snapshot(store), blocks(store)
+    assert 0 < on_disk["commitlog/00000000000003145728"] * 512 < segment.stat().st_size // 2  # the file system keeps holes
+    assert run("recover", store, "--yes", "--backup-dir", backup, "--broker-version", "4.9.7").exit_code == EXIT_OK
+    journal = [json.loads(line) for line in (backup / "journal.jsonl").read_text().splitlines()]
+    assert {(e["ev"], e["path"]) for e in journal if e["ev"] in ("backup-range", "backup-file")} >= {
+        ("backup-range", "commitlog/00000000000003145728"), ("backup-file", "index/20261121045514696")}
+    assert (where == "other disk") == any(e.get("how") == "copy" for e in journal)
+    assert run("restore", backup, "--yes").exit_code == EXIT_OK
+    assert snapshot(store) == before
+    restored = blocks(store)
+    assert {rel: (n, restored[rel]) for rel, n in on_disk.items() if restored[rel] > n} == {}
+
+
 def test_an_interrupted_apply_whose_backup_is_gone_says_the_way_on(tmp_path):
     """The backup of an apply killed half-way deleted (space was needed). Before: every repair command
     refused the store ("finishing the interrupted apply first", then "not an mqtool backup", exit 3) and
@@ -850,3 +910,4 @@ def test_verify_of_a_store_with_an_interrupted_apply_works_out_its_way_on_once(t
     result = run("verify", store)
     said = f"an apply on this store was interrupted (backup {tmp_path / 'backup'})"
     assert len(calls) == 1 and said in " ".join(result.stderr.split()) and said in " ".join(result.stdout.split()), (calls, result.stdout, result.stderr)
+
