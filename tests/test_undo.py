@@ -911,3 +911,31 @@ def test_verify_of_a_store_with_an_interrupted_apply_works_out_its_way_on_once(t
     said = f"an apply on this store was interrupted (backup {tmp_path / 'backup'})"
     assert len(calls) == 1 and said in " ".join(result.stderr.split()) and said in " ".join(result.stdout.split()), (calls, result.stdout, result.stderr)
 
+
+def test_the_plan_shown_saved_and_backed_up_is_one_plan_naming_its_broker_config(tmp_path):
+    """``recover --broker-config FILE``: the plan shown (``-f json``) and saved (``--plan-out``) left the broker.conf out, while
+    the backup of the plan applied named it. An ``apply`` of the saved plan interrupted, its file gone since, was then finished by
+    ``mqtool recover STORE --yes``, planning without the broker.conf's index geometry. Now one plan: shown, saved, backed up."""
+    import shlex
+
+    from mqtool.apply.backup import finish_command
+
+    conf = tmp_path / "broker a.conf"
+    conf.write_text("maxHashSlotNum=1000\nmaxIndexNum=4000\n")
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "s")
+    shown = run("recover", store, "--broker-config", conf, "--plan-out", tmp_path / "plan.json", "-f", "json")
+    assert shown.exit_code == EXIT_OK, shown.stderr
+    saved = json.loads((tmp_path / "plan.json").read_text(encoding="utf-8"))
+    assert {k: v for k, v in json.loads(shown.stdout).items() if k != "next_start"} == saved
+    assert saved["options"]["broker_config"] == str(conf.resolve())
+    assert run("apply", tmp_path / "plan.json", "--yes", "--backup-dir", tmp_path / "bk").exit_code == EXIT_OK
+    manifest = json.loads((tmp_path / "bk" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["plan"] == saved
+    (tmp_path / "plan.json").unlink()  # the apply's plan file gone: the command that made it finishes it, with its broker.conf
+    assert shlex.split(finish_command(store, manifest)) == ["mqtool", "recover", str(store), "--broker-config", str(conf.resolve()), "--yes"]
+
+    other = copy_store("4.9.7", "crashed-small", tmp_path / "t")
+    applied = run("recover", other, "--broker-config", conf, "--yes", "-f", "json", "--backup-dir", tmp_path / "bk2")
+    assert applied.exit_code == EXIT_OK, applied.stderr
+    backed_up = json.loads((tmp_path / "bk2" / "manifest.json").read_text(encoding="utf-8"))["plan"]
+    assert {k: v for k, v in json.loads(applied.stdout).items() if k not in ("next_start", "backup")} == backed_up
