@@ -579,6 +579,32 @@ def test_a_restore_keeps_the_holes_of_the_files_it_puts_back(where, tmp_path, re
     assert {rel: (n, restored[rel]) for rel, n in on_disk.items() if restored[rel] > n} == {}
 
 
+@pytest.mark.parametrize("punch", ["no fallocate", "refused"])
+def test_where_no_hole_can_be_punched_the_cut_and_its_restore_write_the_zeros(punch, tmp_path, monkeypatch):
+    """A file system that punches no hole (``fallocate`` absent, or EOPNOTSUPP as some give): the cut and the restore of
+    its range write the zeros instead, byte for byte as with holes."""
+    import ctypes
+    import errno
+
+    from mqtool import fileops
+
+    def refused(*args):
+        ctypes.set_errno(errno.EOPNOTSUPP)
+        return -1
+
+    monkeypatch.setattr(fileops, "_fallocate", (lambda: None) if punch == "no fallocate" else (lambda: refused))
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "s")
+    segment = store / "commitlog" / "00000000000003145728"
+    with open(segment, "r+b") as f:
+        f.seek(600000)
+        f.write(b"\1" * 20000)
+    before = snapshot(store)
+    assert run("recover", store, "--yes", "--backup-dir", tmp_path / "bk", "--broker-version", "4.9.7").exit_code == EXIT_OK
+    assert fileops.read_range(segment, 600000, 620000) == bytes(20000)  # cut
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK
+    assert snapshot(store) == before
+
+
 def test_an_interrupted_apply_whose_backup_is_gone_says_the_way_on(tmp_path):
     """The backup of an apply killed half-way deleted (space was needed). Before: every repair command
     refused the store ("finishing the interrupted apply first", then "not an mqtool backup", exit 3) and
