@@ -136,7 +136,7 @@ def _copy_blocks(fin: int, start: int, end: int, fout: int, at: int, *, punch: b
     while pos < at + end - start:
         upto = min(at + end - start, (pos // step + 1) * step)  # ``fout``'s chunks aligned to its blocks
         src_pos, n = pos - at + start, upto - pos
-        chunk = b"" if _hole_from(fin, src_pos) >= src_pos + n else os.pread(fin, n, src_pos).ljust(n, b"\0")
+        chunk = b"" if _data_from(fin, src_pos) >= src_pos + n else os.pread(fin, n, src_pos).ljust(n, b"\0")
         run_start, zeros = pos, not chunk or chunk.count(0) == n
         if not zeros:  # runs of data blocks and of zero blocks
             edges = [pos, *range((pos // block + 1) * block, upto, block), upto]
@@ -152,7 +152,7 @@ def _copy_blocks(fin: int, start: int, end: int, fout: int, at: int, *, punch: b
         pos = upto
 
 
-def _hole_from(fd: int, pos: int) -> int:
+def _data_from(fd: int, pos: int) -> int:
     """Where data starts at or after ``pos`` in ``fd`` (``SEEK_DATA``; its size when none): ``pos`` where holes are not told."""
     try:
         return os.lseek(fd, pos, os.SEEK_DATA)
@@ -189,9 +189,11 @@ def _fallocate() -> Callable | None:
 def punch_hole(fd: int, start: int, end: int) -> bool:
     """``[start, end)`` of ``fd`` made zeros by giving its whole blocks back to the disk (``FALLOC_FL_PUNCH_HOLE``, the size kept);
     False where the file system cannot (nothing changed: the caller writes the zeros)."""
+    if end <= start:
+        return True
     call = _fallocate()
-    if call is None or end <= start:
-        return call is not None
+    if call is None:
+        return False
     if call(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, start, end - start) == 0:
         return True
     err = ctypes.get_errno()
@@ -373,13 +375,14 @@ def zero_range(path: Path, start: int, end: int) -> None:
     preallocated segment writes no gigabytes of zeros."""
     fd = os.open(path, os.O_WRONLY)
     try:
-        if not punch_hole(fd, start, end):
-            zeros = bytes(min(CHUNK, max(end - start, 0)))
-            for pos in range(start, end, CHUNK):
-                pwrite_all(fd, zeros[: min(CHUNK, end - pos)], pos)
-        os.fsync(fd)
+        punched = punch_hole(fd, start, end)
+        if punched:
+            os.fsync(fd)
     finally:
         os.close(fd)
+    if not punched:
+        zeros = bytes(min(CHUNK, max(end - start, 0)))
+        _overwrite(path, start, end, lambda pos, n: zeros[:n])
 
 
 @contextlib.contextmanager

@@ -579,6 +579,39 @@ def test_a_restore_keeps_the_holes_of_the_files_it_puts_back(where, tmp_path, re
     assert {rel: (n, restored[rel]) for rel, n in on_disk.items() if restored[rel] > n} == {}
 
 
+def test_a_kept_range_written_back_is_byte_exact_at_any_offset(tmp_path, monkeypatch):
+    """``copy_range_sparse`` then ``put_range`` over other bytes, as a backup and its restore: ranges starting and ending
+    inside blocks, runs of zeros shorter and longer than a block, holes, chunks smaller than a block's multiple."""
+    import random
+
+    from mqtool import fileops
+
+    monkeypatch.setattr(fileops, "CHUNK", 3 * 4096 + 100)  # chunks not aligned to the blocks: ``_copy_blocks`` aligns them
+    rng = random.Random(7)
+    size = 64 * 4096
+    original = bytearray(size)
+    for _ in range(40):  # data runs, some short (zero bytes inside a block), some over several blocks
+        at, n = rng.randrange(size), rng.choice((1, 100, 4095, 4096, 9000, 20000))
+        original[at : at + n] = rng.randbytes(len(original[at : at + n]))
+    source, copy, target = tmp_path / "source", tmp_path / "copy", tmp_path / "target"
+    source.write_bytes(b"")
+    with open(source, "r+b") as f:  # zero blocks as holes
+        f.truncate(size)
+        for at in range(0, size, 4096):
+            if any(original[at : at + 4096]):
+                f.seek(at)
+                f.write(original[at : at + 4096])
+    for _ in range(30):
+        start = rng.randrange(size)
+        end = min(size, start + rng.choice((1, 4000, 4096, 5000, 50000, size)))
+        fileops.copy_range_sparse(source, start, end, copy)
+        assert copy.read_bytes() == original[start:end]
+        other = rng.randbytes(size)
+        target.write_bytes(other)
+        fileops.put_range(copy, target, start)
+        assert target.read_bytes() == other[:start] + original[start:end] + other[end:]
+
+
 @pytest.mark.parametrize("punch", ["no fallocate", "refused"])
 def test_where_no_hole_can_be_punched_the_cut_and_its_restore_write_the_zeros(punch, tmp_path, monkeypatch):
     """A file system that punches no hole (``fallocate`` absent, or EOPNOTSUPP as some give): the cut and the restore of
