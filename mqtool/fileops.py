@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import functools
 import os
 import shlex
 import shutil
 import stat
+import sys
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -88,7 +91,7 @@ def not_a_file(path: Path) -> str | None:
 
 
 def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = None) -> None:
-    """Copy ``src`` to ``dst`` without zero blocks, fsynced; a ``special`` file made anew; a failed copy deleted."""
+    """Copy ``src`` to ``dst`` without zero blocks (``_copy_blocks``), fsynced; a ``special`` file made anew; a failed copy deleted."""
     st = os.stat(src)
     with deleted_on_failure(dst):
         if special(st.st_mode):
@@ -97,16 +100,106 @@ def copy_sparse(src: Path, dst: Path, copied: Callable[[int], None] | None = Non
             return
         with naming(dst), open(src, "rb") as fin, open(dst, "wb") as fout:
             size = os.fstat(fin.fileno()).st_size
-            for block in iter(lambda: fin.read(CHUNK), b""):
-                if block.count(0) == len(block):
-                    fout.seek(len(block), os.SEEK_CUR)
-                else:
-                    fout.write(block)
-                if copied is not None:
-                    copied(len(block))
+            _copy_blocks(fin.fileno(), 0, size, fout.fileno(), 0, punch=False, copied=copied)
             fout.truncate(size)
-            fout.flush()
             os.fsync(fout.fileno())
+
+
+def copy_range_sparse(src: Path, start: int, end: int, dst: Path) -> None:
+    """``src``'s bytes ``[start, end)`` as the new file ``dst``, without zero blocks, fsynced; a failed copy deleted."""
+    with deleted_on_failure(dst), naming(dst), open(src, "rb") as fin, open(dst, "wb") as fout:
+        end = max(start, min(end, os.fstat(fin.fileno()).st_size))
+        _copy_blocks(fin.fileno(), start, end, fout.fileno(), 0, punch=False)
+        fout.truncate(end - start)
+        os.fsync(fout.fileno())
+
+
+def put_range(src: Path, dst: Path, at: int) -> None:
+    """``src``'s bytes written over ``dst`` from ``at`` in place, its zero blocks made holes in ``dst`` (``punch``), then fsync:
+    a restore gives back a preallocated segment's holes, not gigabytes of written zeros."""
+    with open(src, "rb") as fin:
+        fd = os.open(dst, os.O_WRONLY)
+        try:
+            _copy_blocks(fin.fileno(), 0, os.fstat(fin.fileno()).st_size, fd, at, punch=True)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _copy_blocks(fin: int, start: int, end: int, fout: int, at: int, *, punch: bool, copied: Callable[[int], None] | None = None) -> None:
+    """``fin``'s ``[start, end)`` written at ``at`` of ``fout``, a ``CHUNK`` at a time (``copied`` told each): ``fin``'s holes
+    not read (``SEEK_DATA``), and ``fout``'s file-system blocks that would hold only zeros not written: left unwritten in a
+    new file, ``punch``ed where ``fout`` holds other bytes."""
+    block = max(os.fstat(fout).st_blksize, 512)
+    step = max(block, CHUNK // block * block)
+    pos = at
+    while pos < at + end - start:
+        upto = min(at + end - start, (pos // step + 1) * step)  # ``fout``'s chunks aligned to its blocks
+        src_pos, n = pos - at + start, upto - pos
+        chunk = b"" if _data_from(fin, src_pos) >= src_pos + n else os.pread(fin, n, src_pos).ljust(n, b"\0")
+        run_start, zeros = pos, not chunk or chunk.count(0) == n
+        if not zeros:  # runs of data blocks and of zero blocks
+            edges = [pos, *range((pos // block + 1) * block, upto, block), upto]
+            for lo, hi in zip(edges, edges[1:]):
+                zero = chunk.count(0, lo - pos, hi - pos) == hi - lo
+                if zero != zeros and lo > run_start:
+                    _write_or_punch(fout, chunk, pos, run_start, lo, zeros, punch)
+                    run_start = lo
+                zeros = zero
+        _write_or_punch(fout, chunk, pos, run_start, upto, zeros, punch)
+        if copied is not None:
+            copied(n)
+        pos = upto
+
+
+def _data_from(fd: int, pos: int) -> int:
+    """Where data starts at or after ``pos`` in ``fd`` (``SEEK_DATA``; its size when none): ``pos`` where holes are not told."""
+    try:
+        return os.lseek(fd, pos, os.SEEK_DATA)
+    except OSError as exc:
+        return os.fstat(fd).st_size if exc.errno == errno.ENXIO else pos
+    except AttributeError:  # no SEEK_DATA here
+        return pos
+
+
+def _write_or_punch(fd: int, chunk: bytes, chunk_at: int, lo: int, hi: int, zeros: bool, punch: bool) -> None:
+    """``[lo, hi)`` of ``fd``: ``chunk``'s bytes written, or zeros: nothing (a new file's unwritten bytes) or a hole punched."""
+    if not zeros:
+        pwrite_all(fd, memoryview(chunk)[lo - chunk_at : hi - chunk_at], lo)
+    elif punch and hi > lo and not punch_hole(fd, lo, hi):
+        pwrite_all(fd, bytes(hi - lo), lo)
+
+
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 1, 2  # <linux/falloc.h>
+
+
+@functools.cache
+def _fallocate() -> Callable | None:
+    """Linux's ``fallocate(2)`` from the C library (Python has only ``posix_fallocate``), or None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        call = ctypes.CDLL(None, use_errno=True).fallocate
+    except (OSError, AttributeError):
+        return None
+    call.argtypes, call.restype = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64), ctypes.c_int
+    return call
+
+
+def punch_hole(fd: int, start: int, end: int) -> bool:
+    """``[start, end)`` of ``fd`` made zeros by giving its whole blocks back to the disk (``FALLOC_FL_PUNCH_HOLE``, the size kept);
+    False where the file system cannot (nothing changed: the caller writes the zeros)."""
+    if end <= start:
+        return True
+    call = _fallocate()
+    if call is None:
+        return False
+    if call(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, start, end - start) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+        return False
+    raise OSError(err, os.strerror(err))
 
 
 def beside(path: Path) -> Path:
@@ -278,9 +371,18 @@ def write_range(path: Path, start: int, data: bytes) -> None:
 
 
 def zero_range(path: Path, start: int, end: int) -> None:
-    """Overwrite ``[start, end)`` with zeros in place, then fsync."""
-    zeros = bytes(min(CHUNK, max(end - start, 0)))
-    _overwrite(path, start, end, lambda pos, n: zeros[:n])
+    """Make ``[start, end)`` zeros in place, its whole blocks holes (``punch_hole``; else zeros written), then fsync: a cut of a
+    preallocated segment writes no gigabytes of zeros."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        punched = punch_hole(fd, start, end)
+        if punched:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    if not punched:
+        zeros = bytes(min(CHUNK, max(end - start, 0)))
+        _overwrite(path, start, end, lambda pos, n: zeros[:n])
 
 
 @contextlib.contextmanager

@@ -519,6 +519,125 @@ def test_a_commit_log_linked_to_another_file_system_is_restored(tmp_path, second
     assert {**tree(store_dir), **tree(second_disk)} == before and not read_pending(store_dir)
 
 
+def sparse_heavy(root: Path) -> None:
+    """Every file of ``root`` rewritten as the broker's preallocated files lie on disk: its 4 KiB blocks of zeros holes."""
+    for path in (p for p in sorted(root.rglob("*")) if p.is_file()):
+        data = path.read_bytes()
+        with open(path, "wb") as f:
+            for at in range(0, len(data), 4096):
+                if data[at : at + 4096].count(0) < len(data[at : at + 4096]):
+                    f.seek(at)
+                    f.write(data[at : at + 4096])
+            f.truncate(len(data))
+
+
+def blocks(root: Path) -> dict[str, int]:
+    return {str(p.relative_to(root)): p.stat().st_blocks for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def keeps_holes_when_read(folder: Path) -> bool:
+    """Whether a file's holes stay holes when mapped and read, as on a disk (tmpfs gives each page read a block)."""
+    import mmap
+
+    probe = folder / "probe"
+    with open(probe, "w+b") as f:
+        f.truncate(1 << 20)
+        with mmap.mmap(f.fileno(), 1 << 20, prot=mmap.PROT_READ) as m:
+            sum(m[at] for at in range(0, 1 << 20, 4096))
+        held = os.fstat(f.fileno()).st_blocks
+    probe.unlink()
+    return held == 0
+
+
+@pytest.mark.parametrize("where", ["same disk", "other disk"])
+def test_a_restore_keeps_the_holes_of_the_files_it_puts_back(where, tmp_path, request):
+    """Commit log and queue files are preallocated and mostly holes. A recover of a segment with bytes after its valid end
+    backs up that range, zeroes it and deletes the later segment (whole, as the index file it rewrites): the restore gives
+    every file back byte for byte and no larger on disk. Before, a range was written back as zeros, taking blocks the original
+    never had, and a file kept by a copy (the backup on another disk) was put back without its holes smaller than 4 MiB."""
+    disk = tmp_path if keeps_holes_when_read(tmp_path) else request.getfixturevalue("second_disk")  # the scan maps every file
+    if not keeps_holes_when_read(disk):
+        pytest.skip("no file system here keeps a mapped file's holes")
+    other = (request.getfixturevalue("second_disk") if disk == tmp_path else tmp_path) if where == "other disk" else disk
+    store = copy_store("4.9.7", "crashed-small", disk / "s")
+    segment = store / "commitlog" / "00000000000003145728"
+    with open(segment, "r+b") as f:  # a dirty tail after the valid end (3611046), in the hole before the segment's end
+        f.seek(600000)
+        f.write(b"\1" * 20000)
+    sparse_heavy(store)
+    backup = other / "backup"
+    before, on_disk = snapshot(store), blocks(store)
+    assert 0 < on_disk["commitlog/00000000000003145728"] * 512 < segment.stat().st_size // 2  # the file system keeps holes
+    assert run("recover", store, "--yes", "--backup-dir", backup, "--broker-version", "4.9.7").exit_code == EXIT_OK
+    journal = [json.loads(line) for line in (backup / "journal.jsonl").read_text().splitlines()]
+    assert {(e["ev"], e["path"]) for e in journal if e["ev"] in ("backup-range", "backup-file")} >= {
+        ("backup-range", "commitlog/00000000000003145728"), ("backup-file", "index/20261121045514696")}
+    assert (where == "other disk") == any(e.get("how") == "copy" for e in journal)
+    assert run("restore", backup, "--yes").exit_code == EXIT_OK
+    assert snapshot(store) == before
+    restored = blocks(store)
+    assert {rel: (n, restored[rel]) for rel, n in on_disk.items() if restored[rel] > n} == {}
+
+
+def test_a_kept_range_written_back_is_byte_exact_at_any_offset(tmp_path, monkeypatch):
+    """``copy_range_sparse`` then ``put_range`` over other bytes, as a backup and its restore: ranges starting and ending
+    inside blocks, runs of zeros shorter and longer than a block, holes, chunks smaller than a block's multiple."""
+    import random
+
+    from mqtool import fileops
+
+    monkeypatch.setattr(fileops, "CHUNK", 3 * 4096 + 100)  # chunks not aligned to the blocks: ``_copy_blocks`` aligns them
+    rng = random.Random(7)
+    size = 64 * 4096
+    original = bytearray(size)
+    for _ in range(40):  # data runs, some short (zero bytes inside a block), some over several blocks
+        at, n = rng.randrange(size), rng.choice((1, 100, 4095, 4096, 9000, 20000))
+        original[at : at + n] = rng.randbytes(len(original[at : at + n]))
+    source, copy, target = tmp_path / "source", tmp_path / "copy", tmp_path / "target"
+    source.write_bytes(b"")
+    with open(source, "r+b") as f:  # zero blocks as holes
+        f.truncate(size)
+        for at in range(0, size, 4096):
+            if any(original[at : at + 4096]):
+                f.seek(at)
+                f.write(original[at : at + 4096])
+    for _ in range(30):
+        start = rng.randrange(size)
+        end = min(size, start + rng.choice((1, 4000, 4096, 5000, 50000, size)))
+        fileops.copy_range_sparse(source, start, end, copy)
+        assert copy.read_bytes() == original[start:end]
+        other = rng.randbytes(size)
+        target.write_bytes(other)
+        fileops.put_range(copy, target, start)
+        assert target.read_bytes() == other[:start] + original[start:end] + other[end:]
+
+
+@pytest.mark.parametrize("punch", ["no fallocate", "refused"])
+def test_where_no_hole_can_be_punched_the_cut_and_its_restore_write_the_zeros(punch, tmp_path, monkeypatch):
+    """A file system that punches no hole (``fallocate`` absent, or EOPNOTSUPP as some give): the cut and the restore of
+    its range write the zeros instead, byte for byte as with holes."""
+    import ctypes
+    import errno
+
+    from mqtool import fileops
+
+    def refused(*args):
+        ctypes.set_errno(errno.EOPNOTSUPP)
+        return -1
+
+    monkeypatch.setattr(fileops, "_fallocate", (lambda: None) if punch == "no fallocate" else (lambda: refused))
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "s")
+    segment = store / "commitlog" / "00000000000003145728"
+    with open(segment, "r+b") as f:
+        f.seek(600000)
+        f.write(b"\1" * 20000)
+    before = snapshot(store)
+    assert run("recover", store, "--yes", "--backup-dir", tmp_path / "bk", "--broker-version", "4.9.7").exit_code == EXIT_OK
+    assert fileops.read_range(segment, 600000, 620000) == bytes(20000)  # cut
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK
+    assert snapshot(store) == before
+
+
 def test_an_interrupted_apply_whose_backup_is_gone_says_the_way_on(tmp_path):
     """The backup of an apply killed half-way deleted (space was needed). Before: every repair command
     refused the store ("finishing the interrupted apply first", then "not an mqtool backup", exit 3) and
@@ -850,3 +969,32 @@ def test_verify_of_a_store_with_an_interrupted_apply_works_out_its_way_on_once(t
     result = run("verify", store)
     said = f"an apply on this store was interrupted (backup {tmp_path / 'backup'})"
     assert len(calls) == 1 and said in " ".join(result.stderr.split()) and said in " ".join(result.stdout.split()), (calls, result.stdout, result.stderr)
+
+
+def test_the_plan_shown_saved_and_backed_up_is_one_plan_naming_its_broker_config(tmp_path):
+    """``recover --broker-config FILE``: the plan shown (``-f json``) and saved (``--plan-out``) left the broker.conf out, while
+    the backup of the plan applied named it. An ``apply`` of the saved plan interrupted, its file gone since, was then finished by
+    ``mqtool recover STORE --yes``, planning without the broker.conf's index geometry. Now one plan: shown, saved, backed up."""
+    import shlex
+
+    from mqtool.apply.backup import finish_command
+
+    conf = tmp_path / "broker a.conf"
+    conf.write_text("maxHashSlotNum=1000\nmaxIndexNum=4000\n")
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "s")
+    shown = run("recover", store, "--broker-config", conf, "--plan-out", tmp_path / "plan.json", "-f", "json")
+    assert shown.exit_code == EXIT_OK, shown.stderr
+    saved = json.loads((tmp_path / "plan.json").read_text(encoding="utf-8"))
+    assert {k: v for k, v in json.loads(shown.stdout).items() if k != "next_start"} == saved
+    assert saved["options"]["broker_config"] == str(conf.resolve())
+    assert run("apply", tmp_path / "plan.json", "--yes", "--backup-dir", tmp_path / "bk").exit_code == EXIT_OK
+    manifest = json.loads((tmp_path / "bk" / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["plan"] == saved
+    (tmp_path / "plan.json").unlink()  # the apply's plan file gone: the command that made it finishes it, with its broker.conf
+    assert shlex.split(finish_command(store, manifest)) == ["mqtool", "recover", str(store), "--broker-config", str(conf.resolve()), "--yes"]
+
+    other = copy_store("4.9.7", "crashed-small", tmp_path / "t")
+    applied = run("recover", other, "--broker-config", conf, "--yes", "-f", "json", "--backup-dir", tmp_path / "bk2")
+    assert applied.exit_code == EXIT_OK, applied.stderr
+    backed_up = json.loads((tmp_path / "bk2" / "manifest.json").read_text(encoding="utf-8"))["plan"]
+    assert {k: v for k, v in json.loads(applied.stdout).items() if k not in ("next_start", "backup")} == backed_up

@@ -21,8 +21,8 @@ from typing import Callable
 from .. import activity
 from ..errors import BadInput, Refused
 from ..formats.markers import LOCK_FILE
-from ..fileops import (TMP_SUFFIX, beside, copy_entry, copy_sparse, deleted_on_failure, fsync_dir, install, link_or_copy, makedirs, naming, owner_for,
-                       read_range, remove, remove_entry, shell_path, write_atomic, write_range)
+from ..fileops import (TMP_SUFFIX, beside, copy_entry, copy_range_sparse, copy_sparse, deleted_on_failure, fsync_dir, install, link_or_copy, makedirs,
+                       naming, owner_for, put_range, read_range, remove, remove_entry, shell_path, write_atomic)
 
 BACKUP_FORMAT = "mqtool-backup/1"
 PENDING_MARKER = ".mqtool-pending"
@@ -399,10 +399,17 @@ class BackupSet:
         copy = self.range_copy(rel, start, end)
         makedirs(copy.parent)
         st = (self.store_root / rel).stat()
-        data = read_range(self.store_root / rel, start, end)
-        with_room(self.dir / RESERVE, len(data), lambda: write_atomic(copy, data))  # on a disk the store's writes filled since
+        with_room(self.dir / RESERVE, end - start, lambda: self._keep_range(rel, start, end, copy))  # on a disk the store's writes filled since
         self.journal.append({"ev": "backup-range", "path": rel, "start": start, "end": end, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
         self._ranges.add((rel, start, end))
+
+    def _keep_range(self, rel: str, start: int, end: int, copy: Path) -> None:
+        """``copy`` made durably of ``rel``'s bytes ``[start, end)``, as sparse as they are (a cut of a preallocated segment is
+        mostly holes), via a temporary file: a kill leaves no part-written copy under its name."""
+        tmp = beside(copy)
+        copy_range_sparse(self.store_root / rel, start, end, tmp)
+        os.replace(tmp, copy)
+        fsync_dir(copy.parent)
 
     def note_creates(self, rels: list[str]) -> None:
         """Log that files are about to be created (``restore`` deletes them); one that exists is backed up."""
@@ -888,7 +895,7 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
             restored.append(rel)
         elif kind == "backup-range":
             if target.exists():
-                write_range(target, ev["start"], backup.range_copy(rel, ev["start"], ev["end"]).read_bytes())
+                put_range(backup.range_copy(rel, ev["start"], ev["end"]), target, ev["start"])  # its zeros holes again
                 _set_mtime(target, ev.get("mtime_ns"))
                 restored.append(f"{rel}[{ev['start']}:{ev['end']}]")
                 if put_back is not None:

@@ -221,7 +221,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
 
     cache = DispatchCache() if applying else None
     with store, scans_shown(), planning():
-        plan = make_plan(store, with_crc=plan_out is not None, cache=cache)
+        plan = naming_broker_config(make_plan(store, with_crc=plan_out is not None, cache=cache), broker_config)
     done = None if finished is None else read_manifest(finished)["plan"]
     why = None if done is None else finished_was_asked(done, plan)
     if why is not None:  # finishing it was the job: the plan applied (not a second one) and its backup
@@ -241,7 +241,6 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
         return
     if not yes:
         raise Refused(f"{NOT_APPLIED}: {this_command_with_yes()}")
-    plan = naming_broker_config(plan, broker_config)
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
         backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
         s = backup.summary()  # said with interrupts still deferred: a Ctrl-C after the last write is ignored
@@ -249,8 +248,9 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
 
 
 def naming_broker_config(plan: Plan, broker_config: Path | None) -> Plan:
-    """``plan`` with the ``--broker-config`` it was made with in its options, so that the backup's plan names it to the command
-    that finishes an interrupted apply (``finish_command``)."""
+    """``plan`` with the ``--broker-config`` it was made with in its options, as shown, saved (``--plan-out``) and backed up alike:
+    the backup's plan is the plan shown, and the command that finishes an interrupted apply (``finish_command``; a saved plan's
+    own ``apply`` once its file is gone) plans with the same broker.conf."""
     return plan if broker_config is None else dataclasses.replace(plan, options={**plan.options, "broker_config": str(Path(broker_config).resolve())})
 
 
