@@ -638,6 +638,23 @@ def test_where_no_hole_can_be_punched_the_cut_and_its_restore_write_the_zeros(pu
     assert snapshot(store) == before
 
 
+def test_a_file_a_writer_continues_keeps_its_holes(tmp_path):
+    """A queue or index file an apply rewrites is continued from a copy of its backup (``writers.open_copy``): the copy holds
+    the same bytes and no more blocks. Before, ``shutil.copyfile`` wrote every hole of a preallocated file as zeros (a
+    400 MB index file written whole to continue a few entries)."""
+    from mqtool.apply.writers import open_copy
+
+    source, tmp = tmp_path / "source", tmp_path / "continued"
+    with open(source, "wb") as f:
+        f.truncate(8 << 20)  # preallocated as the broker's files, data in its first and a middle block only
+        f.write(b"\1" * 100)
+        f.seek(3 << 20)
+        f.write(b"\2" * 5000)
+    os.close(open_copy(tmp, source))
+    assert tmp.read_bytes() == source.read_bytes()
+    assert 0 < tmp.stat().st_blocks <= source.stat().st_blocks < 64
+
+
 def test_an_interrupted_apply_whose_backup_is_gone_says_the_way_on(tmp_path):
     """The backup of an apply killed half-way deleted (space was needed). Before: every repair command
     refused the store ("finishing the interrupted apply first", then "not an mqtool backup", exit 3) and

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..fileops import fsync_dir, fsync_path, pwrite_all
+from ..fileops import copy_sparse, fsync_dir, fsync_path, pwrite_all
 from ..formats import consumequeue as cqfmt, index as ixfmt
 from ..formats.dispatch import DispatchRequest
 from ..store.consumequeue import UNIT_DTYPE
@@ -28,10 +27,11 @@ def default_tmp_path(final: Path) -> Path:
 
 
 def open_copy(tmp: Path, source: Path | None) -> int:
-    """``tmp`` (a new file) opened read-write, holding ``source``'s bytes (none if None)."""
+    """``tmp`` (a new file) opened read-write, holding ``source``'s bytes (none if None), as sparse as they are: a queue file is
+    preallocated, mostly holes."""
     tmp.parent.mkdir(parents=True, exist_ok=True)
     if source is not None:
-        shutil.copyfile(source, tmp)
+        copy_sparse(source, tmp)
     else:
         tmp.unlink(missing_ok=True)
     return os.open(tmp, os.O_RDWR | os.O_CREAT, 0o644)
