@@ -284,6 +284,31 @@ def test_a_process_with_a_store_file_open_is_detected(crashed):
         proc.wait()
 
 
+def test_apply_and_restore_refuse_a_process_mapping_a_commit_log_on_another_disk(tmp_path, second_disk):
+    """``commitlog`` a link to another disk (``storePathCommitLog``), a broker mapping a segment there before it takes the
+    lock: ``apply`` of a saved plan and ``restore`` refuse, as ``recover --yes`` does. Before, both looked for users under
+    the store's own folder only."""
+    import shutil
+
+    store_dir = copy_store("4.9.7", "crashed-small", tmp_path / "s")
+    shutil.move(store_dir / "commitlog", second_disk / "commitlog")
+    (store_dir / "commitlog").symlink_to(second_disk / "commitlog")
+    assert run("recover", store_dir, "--plan-out", tmp_path / "plan.json").exit_code == 0
+    assert run("recover", store_dir, "--yes", "--backup-dir", tmp_path / "bk").exit_code == 0  # a backup to restore
+    target = second_disk / "commitlog" / "00000000000000000000"
+    code = "import mmap,sys,time; f=open(sys.argv[1],'rb'); m=mmap.mmap(f.fileno(),0,access=mmap.ACCESS_READ); print('open', flush=True); time.sleep(120)"
+    proc = subprocess.Popen([sys.executable, "-c", code, str(target)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "open"
+        before = {**tree(store_dir), **tree(second_disk)}
+        for args in (("apply", tmp_path / "plan.json", "--yes"), ("restore", tmp_path / "bk", "--yes"), ("restore", tmp_path / "bk")):
+            assert str(proc.pid) in error_line(run(*args), EXIT_REFUSED), args
+        assert {**tree(store_dir), **tree(second_disk)} == before
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_bad_inputs_are_one_line_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     assert "not a RocketMQ store" in error_line(run("recover", tmp_path / "empty"), EXIT_BAD_INPUT)

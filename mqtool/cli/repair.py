@@ -141,7 +141,9 @@ def describe_users(users, most: int = 3) -> str:
 
 
 def check_not_in_use(root: Path, extra_dirs, force: bool) -> None:
-    users = store_users(root, extra_dirs)
+    """Refused (``StoreInUse``) while a process holds the store's lock or has a file open or mapped under it, its commit log
+    (a link to another disk, as ``storePathCommitLog`` puts it) or ``extra_dirs``."""
+    users = store_users(root, [root / "commitlog", *extra_dirs])
     if not users:
         return
     detail = describe_users(users)
@@ -385,7 +387,7 @@ def repair(store: StoreRootArg, yes: YesOpt = False, dry_run: DryRunOpt = False,
             given.path()
     finished = None  # the backup of an interrupted apply this run finished first
     if not dry_run:
-        check_not_in_use(root, [root / "commitlog"], force)
+        check_not_in_use(root, [], force)
         finished = _finish_interrupted(root, yes, force)
     elif read_pending(root) is not None:
         note_interrupted(root)
