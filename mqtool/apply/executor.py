@@ -33,8 +33,8 @@ from .backup import (RESTORE_ROOM, STAGING_DIR, WIDEST, BackupSet, clear_pending
                      manifest_bytes, new_manifest, read_pending, refuse_backup_inside, restore, staging_path, undo_command, unfinished_restore_line,
                      work_path, write_pending)
 from .heap import release_free_heap
-from ..fileops import (copy_sparse, deleted_on_failure, fsync_dir, fsync_path, install, makedirs, naming, owner_for, remove, shell_path, write_atomic,
-                       write_range, zero_range)
+from ..fileops import (copy_sparse, deleted_on_failure, fsync_dir, fsync_path, install, left_unchanged, makedirs, naming, owner_for, remove,
+                       shell_path, write_atomic, write_range, zero_range)
 
 
 class ApplyError(MqtoolError):
@@ -283,7 +283,7 @@ class Executor:
         except MqtoolError:
             raise
         except OSError as exc:
-            cause = (f"{exc.filename}: " if exc.filename else "") + f"{exc.strerror or exc}"
+            cause = (f"{shell_path(exc.filename)}: " if exc.filename else "") + f"{exc.strerror or exc}"
             if fresh and not self.changing:  # refused before its first action (staging the dispatch): as for a Ctrl-C there
                 with contextlib.suppress(OSError):  # left, the next run finishes an apply with nothing done
                     clear_pending(self.root)
@@ -351,7 +351,7 @@ class Executor:
         blank_at = action.start if action.op == "pad-blank" else None
         makedirs(path.parent, like_parent=True)
         tmp = work_path(self.root, path)
-        with deleted_on_failure(tmp):  # beside the file on another disk: the broker would list it
+        with deleted_on_failure(tmp), left_unchanged(path):  # beside the file on another disk: the broker would list it
             if path.exists():
                 copy_sparse(path, tmp)
             else:  # a file the plan creates (a missing DLedger index file): all zeros
@@ -616,14 +616,14 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
     try:
         backup = BackupSet.create(backup_dir, root, plan.to_dict(), step, reserve, plan_file)
     except OSError as exc:
-        cause = f"{exc.filename or backup_dir}: cannot create the backup: {exc.strerror or exc}"
+        cause = f"{shell_path(exc.filename or backup_dir)}: cannot create the backup: {exc.strerror or exc}"
         raise ApplyIOError(f"{cause}; nothing was changed: give a --backup-dir where it can be written (or free space there)", cause) from None
     if backed is not None:
         try:
             backed()
         except OSError as exc:
             backup.discard()
-            cause = f"{exc.filename or root}: {exc.strerror or exc}"
+            cause = f"{shell_path(exc.filename or root)}: {exc.strerror or exc}"
             raise ApplyIOError(f"{cause}; nothing was changed", cause) from None
     Executor(root, plan, backup, progress, cache).run()
     return backup

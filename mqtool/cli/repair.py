@@ -22,7 +22,7 @@ from ..apply.backup import (
     later_backups, leftover_temporaries, moved_from, newest_first, read_manifest, refuse_backup_inside, refuse_changed, refuse_incomplete,
     refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending)
 from ..apply.heap import release_free_heap
-from ..fileops import TMP_SUFFIX, WRITE_REFUSED, salvage_command, write_atomic
+from ..fileops import TMP_SUFFIX, salvage_command, write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
 from ..recovery.plans import CommitLogPlan, LostMessages, Plan, PlanOptions
 from ..store.liveness import store_users
@@ -232,8 +232,8 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     emit_plan(with_next_start(plan.to_dict(), plan), fmt, render_plan, target)
     _note_damage(plan)  # again on stderr, after the plan: the last thing the operator reads before --yes
     if plan_out is not None:
-        _save_plan(plan_out, plan.to_json().encode())
-        note(f"plan saved to {plan_out}; apply it with: mqtool apply {shell_path(plan_out)} --yes")
+        write_atomic(plan_out, plan.to_json().encode())
+        note(f"plan saved to {shell_path(plan_out)}; apply it with: mqtool apply {shell_path(plan_out)} --yes")
     if not applying:
         return
     if plan.is_empty:
@@ -252,17 +252,6 @@ def naming_broker_config(plan: Plan, broker_config: Path | None) -> Plan:
     """``plan`` with the ``--broker-config`` it was made with in its options, so that the backup's plan names it to the command
     that finishes an interrupted apply (``finish_command``)."""
     return plan if broker_config is None else dataclasses.replace(plan, options={**plan.options, "broker_config": str(Path(broker_config).resolve())})
-
-
-def _save_plan(plan_out: Path, data: bytes) -> None:
-    """``--plan-out``'s file written whole, a refused write (a full disk) said with the name given, not the temporary
-    file's beside it (which is removed)."""
-    try:
-        write_atomic(plan_out, data)
-    except OSError as exc:
-        if exc.errno not in WRITE_REFUSED or exc.filename != str(plan_out) + TMP_SUFFIX:
-            raise
-        raise OSError(exc.errno, exc.strerror, str(plan_out)) from None
 
 
 def note_undo(done: str, target: Path, then: Path | None = None) -> None:
@@ -798,7 +787,7 @@ def _restore_set(backup: Path, *, yes: bool, force: bool, fmt: OutputFormat, sho
         except KeyboardInterrupt:
             raise Interrupted(_finish_restore_line(backup)) from None
         except OSError as exc:
-            raise BadInput(f"{exc.filename or root}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
+            raise BadInput(f"{shell_path(exc.filename or root)}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
     note(f"{stage}restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the {summary['command'] or 'apply'} had created", always=True)  # a write: said as an apply's
     _note_removed(result["temporaries_removed"])
 
