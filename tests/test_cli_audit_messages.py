@@ -74,3 +74,27 @@ def test_an_applys_refused_checkpoint_write_names_the_checkpoint_not_its_tempora
     monkeypatch.undo()
     assert run("restore", tmp_path / "bk", "--yes").exit_code == 0 and tree(store) == original
 
+
+def test_salvage_stopped_names_its_partial_store_quoted_to_paste(tmp_path, monkeypatch):
+    """``salvage --to-store 'a b/new store'`` stopped by a full disk leaves ``new store.mqtool-partial`` and says to delete it.
+    Before: ``mqtool: /tmp/.../a b/new store.mqtool-partial: the new store is incomplete (not at /tmp/.../a b/new store, ...)``,
+    unquoted: pasted after ``rm -r`` it names three paths. Now both paths are quoted as a shell reads them."""
+    import os
+
+    source = copy_store("4.9.7", "crashed-small", tmp_path / "src")
+    target = tmp_path / "a b" / "new store"
+    target.parent.mkdir()
+    real = os.pwrite
+
+    def pwrite(fd, data, offset):  # the new store's disk is full
+        if ".mqtool-partial" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    res = run("salvage", source, "--to-store", target, "-f", "jsonl", "--out", tmp_path / "rows.jsonl")
+    assert res.exit_code == 3, res.output
+    partial = target.with_name(target.name + ".mqtool-partial")
+    note = next(line for line in res.stderr.splitlines() if "the new store is incomplete" in line)
+    assert note.startswith(f"mqtool: {shell_path(partial)}: the new store is incomplete (not at {shell_path(target)}, "), note
+    assert shlex.split(note.removeprefix("mqtool: ").split(": the new store")[0]) == [str(partial)] and partial.is_dir()
