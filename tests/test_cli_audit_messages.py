@@ -98,3 +98,87 @@ def test_salvage_stopped_names_its_partial_store_quoted_to_paste(tmp_path, monke
     note = next(line for line in res.stderr.splitlines() if "the new store is incomplete" in line)
     assert note.startswith(f"mqtool: {shell_path(partial)}: the new store is incomplete (not at {shell_path(target)}, "), note
     assert shlex.split(note.removeprefix("mqtool: ").split(": the new store")[0]) == [str(partial)] and partial.is_dir()
+
+
+def shown(raw: str, columns: int) -> list[str]:
+    """The lines a terminal of ``columns`` shows for ``raw``: characters, CR, LF, erase to the end of the line and cursor up (what
+    tqdm and mqtool write); each line's trailing blanks dropped."""
+    import re
+
+    lines, row, col, i = [""], 0, 0, 0
+    while i < len(raw):
+        ch, i = raw[i], i + 1
+        if ch == "\x1b":
+            m = re.match(r"\[([0-9;?]*)([A-Za-z])", raw[i:])
+            if m:
+                i += m.end()
+                if m[2] == "K":
+                    lines[row] = lines[row][:col]
+                elif m[2] == "A":
+                    row -= min(row, int(m[1] or 1))
+            continue
+        if ch == "\r":
+            col = 0
+        elif ch == "\n" or (ch >= " " and col >= columns):  # a line feed, or a character past the edge wrapped to the next line
+            row, col = row + 1, 0
+            lines += [""] * (row + 1 - len(lines))
+        if ch >= " ":
+            line = lines[row].ljust(col)
+            lines[row], col = line[:col] + ch + line[col + 1:], col + 1
+    return [line.rstrip() for line in lines]
+
+
+def ctrl_c_under_a_bar(args, columns: int = 100) -> tuple[int, list[str]]:
+    """``mqtool ARGS`` on a pseudo-terminal it has as its controlling terminal (as a shell's foreground job), its progress bar
+    held where drawn until Ctrl-C is typed into the terminal, which echoes ``^C`` and sends SIGINT: the exit code and screen."""
+    import fcntl
+    import os
+    import pty
+    import select
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    held = ("import sys, time; import mqtool.cli.progress as p; advance = p.ByteProgress.advance; "
+            "p.ByteProgress.advance = lambda self, offset: time.sleep(60) if self.bar is not None else advance(self, offset); "
+            "from mqtool.cli import main; sys.argv = ['mqtool', *sys.argv[1:]]; main()")
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")} | {"TERM": "xterm-256color"}
+    proc = subprocess.Popen([sys.executable, "-c", held, *map(str, args)], stdin=slave, stdout=slave, stderr=slave, env=env,
+                            start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0), close_fds=True)
+    os.close(slave)
+    raw, typed = b"", False
+    while True:
+        if not select.select([master], [], [], 60)[0]:
+            proc.kill()
+            break
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        raw += data
+        if not typed and b"%|" in raw:  # the bar is drawn
+            os.write(master, b"\x03")
+            typed = True
+    code = proc.wait(timeout=60)
+    os.close(master)
+    return code, [line for line in shown(raw.decode("utf-8", "replace"), columns) if line]
+
+
+def test_ctrl_c_under_a_progress_bar_ends_with_the_bar_gone_and_one_clean_line(tmp_path):
+    """Ctrl-C while ``verify`` or ``salvage --out FILE`` shows its progress bar, at 100 columns. Before: the terminal's echoed
+    ``^C``, two columns past the bar, stayed at the end of the next line, ``mqtool: error: interrupted  ...  ^C`` (salvage: at
+    the end of its note on the rows' file): tqdm blanks only the bar's own width. Now the line is blanked whole first."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
+    code, lines = ctrl_c_under_a_bar(["verify", store, "--progress"])
+    assert (code, lines[-1:]) == (130, ["mqtool: error: interrupted"]), lines
+    assert not [line for line in lines if "^C" in line or "%|" in line], lines
+    rows = tmp_path / "rows.jsonl"
+    code, lines = ctrl_c_under_a_bar(["salvage", store, "-f", "jsonl", "--out", rows, "--progress"])
+    assert (code, lines[-1]) == (130, "mqtool: error: interrupted"), lines
+    kept = f"mqtool: {shell_path(rows)}: holds only the rows written before salvage stopped"  # where the file was begun
+    assert " ".join(lines[:-1]) == (kept if rows.exists() else ""), lines  # wrapped at 100
