@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import errno
 import io
+import os
 import shlex
+import subprocess
+import sys
 
-from conftest import copy_store
+from conftest import ROOT, copy_store
 from typer.testing import CliRunner
 
 import mqtool.fileops as fileops
 from mqtool.cli import app
+from mqtool.errors import EXIT_BAD_INPUT
 from mqtool.fileops import shell_path
 from repair_support import tree
 
@@ -79,8 +83,6 @@ def test_salvage_stopped_names_its_partial_store_quoted_to_paste(tmp_path, monke
     """``salvage --to-store 'a b/new store'`` stopped by a full disk leaves ``new store.mqtool-partial`` and says to delete it.
     Before: ``mqtool: /tmp/.../a b/new store.mqtool-partial: the new store is incomplete (not at /tmp/.../a b/new store, ...)``,
     unquoted: pasted after ``rm -r`` it names three paths. Now both paths are quoted as a shell reads them."""
-    import os
-
     source = copy_store("4.9.7", "crashed-small", tmp_path / "src")
     target = tmp_path / "a b" / "new store"
     target.parent.mkdir()
@@ -132,12 +134,9 @@ def ctrl_c_under_a_bar(args, columns: int = 100) -> tuple[int, list[str]]:
     """``mqtool ARGS`` on a pseudo-terminal it has as its controlling terminal (as a shell's foreground job), its progress bar
     held where drawn until Ctrl-C is typed into the terminal, which echoes ``^C`` and sends SIGINT: the exit code and screen."""
     import fcntl
-    import os
     import pty
     import select
     import struct
-    import subprocess
-    import sys
     import termios
 
     held = ("import sys, time; import mqtool.cli.progress as p; advance = p.ByteProgress.advance; "
@@ -182,3 +181,81 @@ def test_ctrl_c_under_a_progress_bar_ends_with_the_bar_gone_and_one_clean_line(t
     assert (code, lines[-1]) == (130, "mqtool: error: interrupted"), lines
     kept = f"mqtool: {shell_path(rows)}: holds only the rows written before salvage stopped"  # where the file was begun
     assert " ".join(lines[:-1]) == (kept if rows.exists() else ""), lines  # wrapped at 100
+
+
+SHRINKS_WHILE_MAPPED = """import os, sys
+from pathlib import Path
+import mqtool.apply.executor as executor
+import mqtool.store.mappedfile as mappedfile
+when, state = sys.argv.pop(1), {"applying": False, "done": False}
+init, stage = mappedfile.MappedFile.__init__, executor.Executor._stage_dispatch
+
+def shrinking(self, path, *args, **kwargs):  # the first segment cut to nothing once mapped: its next read is a SIGBUS
+    init(self, path, *args, **kwargs)
+    path = Path(path)
+    if (path.parent.name, path.name) == ("commitlog", "00000000000000000000") and not state["done"] and (when == "planning" or state["applying"]):
+        state["done"] = True
+        os.truncate(path, 0)
+
+def staging(self):
+    state["applying"] = True
+    return stage(self)
+
+mappedfile.MappedFile.__init__, executor.Executor._stage_dispatch = shrinking, staging
+from mqtool.cli import main
+sys.argv[0] = "mqtool"
+main()
+"""
+
+
+def sigbus_in(when: str, *args):
+    return subprocess.run([sys.executable, "-c", SHRINKS_WHILE_MAPPED, when, *map(str, args)], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_a_sigbus_names_the_mapped_file_quoted_as_a_shell_reads_it(tmp_path):
+    """The compiled SIGBUS handler said "a store file could not be read through its memory map", never which. It now names
+    the file mapped at the faulting address (``/proc/self/maps``), quoted as ``shlex.quote`` quotes it; a SIGBUS sent by
+    ``kill`` (no address) keeps the generic words."""
+    segment = tmp_path / "on call" / "it's 00000000000000000000"
+    segment.parent.mkdir()
+    segment.write_bytes(b"\1" * 65536)
+    code = ("import os, sys; from pathlib import Path; from mqtool.store.mappedfile import MappedFile, exit_on_sigbus; exit_on_sigbus(); "
+            "m = MappedFile(Path(sys.argv[1])); os.truncate(sys.argv[1], 0); print(bytes(m.buf[4096:4097]))")
+    done = subprocess.run([sys.executable, "-c", code, str(segment)], capture_output=True, text=True, cwd=ROOT)
+    assert (done.returncode, done.stdout) == (EXIT_BAD_INPUT, ""), done.stderr
+    assert done.stderr == (f"mqtool: error: {shell_path(segment)} could not be read through its memory map (SIGBUS: the file shrank while mapped, "
+                           "or its filesystem is full, e.g. a full tmpfs); check the disk and run the command again\n")
+    assert shlex.split(done.stderr.split(" could not be read")[0].removeprefix("mqtool: error: ")) == [str(segment)]
+
+
+def test_a_sigbus_while_planning_says_the_file_and_that_nothing_was_changed(tmp_path):
+    """``recover STORE --yes`` whose first segment shrinks under its map while the store is read and planned (as a full tmpfs
+    answers a sparse segment's read). Before: "a store file could not be read ...; check the disk and run the command again",
+    not which file nor whether the store was touched. Now the segment, quoted, and "nothing was changed": no backup, no marker."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
+    segment = store / "commitlog" / "00000000000000000000"
+    before = tree(store, but=(segment.name,))
+    done = sigbus_in("planning", "recover", store, "--yes", "--backup-dir", tmp_path / "bk", "-f", "json")
+    assert done.returncode == 3 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"mqtool: error: {shell_path(segment)} could not be read through its memory map (SIGBUS"), done.stderr
+    assert done.stderr.endswith("; nothing was changed: check the disk and run the command again\n"), done.stderr
+    assert tree(store, but=(segment.name,)) == before and sorted(p.name for p in tmp_path.iterdir()) == ["on call"]
+
+
+def test_a_sigbus_while_applying_says_the_file_and_the_restore_that_undoes_it(tmp_path):
+    """``recover STORE --yes`` whose first segment shrinks under its map once the apply has begun (its marker written, the
+    dispatch being staged): not unchanged, so the line names the file and the restore command, which, pasted once the file
+    is back, leaves the store as it was."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
+    segment = store / "commitlog" / "00000000000000000000"
+    original, kept = tree(store), segment.read_bytes()
+    done = sigbus_in("applying", "recover", store, "--yes", "--backup-dir", tmp_path / "my backup", "-f", "json")
+    assert done.returncode == 3, done.stderr
+    line = done.stderr.splitlines()[-1]
+    assert line.startswith(f"mqtool: error: {shell_path(segment)} could not be read through its memory map (SIGBUS"), line
+    assert "; the store may be partly changed: " in line and (store / ".mqtool-pending").exists()
+    undo = shlex.split(line.rsplit("undo it with: ", 1)[1])
+    assert undo == ["mqtool", "restore", str(tmp_path / "my backup"), "--yes"]
+    segment.write_bytes(kept)  # the disk fixed
+    restored = subprocess.run([sys.executable, "-m", *undo], capture_output=True, text=True, cwd=ROOT)
+    assert restored.returncode == 0 and tree(store) == original, restored.stderr

@@ -25,6 +25,7 @@ from ..formats import checkpoint as cpfmt, commitlog as clfmt, consumequeue as c
 from ..dispatch.scanner import DispatchCache, TopicTable, after_phys, consume_queue_entries, phase_scanner
 from ..recovery.planparts import file_crc32, multi_dispatch, put_index
 from ..recovery.plans import Plan
+from ..store.mappedfile import sigbus_says
 from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
@@ -610,7 +611,8 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
     pending = read_pending(root)
     if pending is not None:
         raise Refused(f"{root}: an earlier apply was interrupted (backup {shell_path(pending)}); {interrupted_apply_ways(root, pending)}")
-    check_inputs(root, plan)
+    with sigbus_says("the apply had not begun, so it changed nothing: check the disk and run the command again"):  # a saved plan's inputs
+        check_inputs(root, plan)
     refuse_backup_inside(root, backup_dir)
     reserve = refuse_no_room(root, plan, backup_dir, step, later, plan_file)
     release_free_heap()  # what planning freed, before the writers' working set
