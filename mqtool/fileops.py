@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 
 CHUNK = 1 << 22
 WRITE_REFUSED = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS)  # what only a write is refused with
+REFUSED = WRITE_REFUSED + (errno.EACCES, errno.EPERM)  # a write refused, the file's folder or the file system not writable
 TMP_SUFFIX = ".mqtool-tmp"  # write_atomic's temporary file, beside the file or in its tmp_dir
 Owner = tuple[int, int, int | None]  # uid, gid, permission bits (None: as created)
 
@@ -71,6 +72,28 @@ def naming(path: Path) -> Iterator[None]:
 def named(exc: OSError, path: Path) -> OSError:
     """``exc`` said with ``path`` where it is a write refused (``naming``) that names no file; else ``exc`` itself."""
     return exc if exc.filename is not None or exc.errno not in WRITE_REFUSED else OSError(exc.errno, exc.strerror, str(path))
+
+
+def _identity(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+@contextlib.contextmanager
+def left_unchanged(path: Path) -> Iterator[None]:
+    """A write refused (``REFUSED``) while ``path`` was being replaced via a temporary file, said as ``path``'s, which is as it
+    was (or still absent): not the temporary file's name, which the user never gave and which is removed."""
+    before = _identity(path)
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in REFUSED or _identity(path) != before:  # replaced after all: the error as it is
+            raise
+        reason = exc.strerror or os.strerror(exc.errno)
+        raise OSError(exc.errno, f"{reason}; {'left unchanged' if before else 'not created'}", str(path)) from None
 
 
 def special(mode: int) -> bool:
@@ -326,12 +349,13 @@ def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None, copie
 
 
 def write_atomic(path: Path, data: bytes, tmp_dir: Path | None = None, owner: Owner | None = None) -> None:
-    """Replace ``path`` with ``data``: write a temporary file, fsync, ``install`` it (with ``owner``), fsync the directory."""
+    """Replace ``path`` with ``data``: write a temporary file, fsync, ``install`` it (with ``owner``), fsync the directory; a
+    refused write is said as ``path``'s, left unchanged (``left_unchanged``)."""
     tmp_dir = tmp_dir or path.parent
     makedirs(tmp_dir)
     tmp = tmp_dir / (path.name + TMP_SUFFIX)
-    with deleted_on_failure(tmp):  # a full disk leaves no partial temporary file behind
-        with naming(tmp), open(tmp, "wb") as f:
+    with deleted_on_failure(tmp), left_unchanged(path):  # a full disk leaves no partial temporary file behind
+        with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())

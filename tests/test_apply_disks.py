@@ -393,7 +393,8 @@ def test_a_copy_of_a_repair_cut_short_leaves_no_partial_file(tmp_path, second_di
     """``commitlog/`` on another disk and its last segment short: ``repair`` copies it into the backup (``.part``)
     and then beside itself (``.mqtool-tmp``, padded, renamed over it). Before, a copy cut short by a full disk, EIO
     or Ctrl-C left its partial file (beside the segment: a file the broker lists). Now it is deleted, the command
-    says one line with its exit code, and run again it finishes; ``restore`` puts back every byte."""
+    says one line with its exit code (a full disk: naming the segment, left unchanged), and run again it finishes;
+    ``restore`` puts back every byte."""
     store = split(short_segment(tmp_path), second_disk, ("commitlog",))
     before = both(store, second_disk)
     exc, code, said = FAULTS[fault]
@@ -402,6 +403,9 @@ def test_a_copy_of_a_repair_cut_short_leaves_no_partial_file(tmp_path, second_di
         failing_copy(m, exc, lambda dst: dst.name.endswith(".part" if copy == "backup" else fileops.TMP_SUFFIX))
         stopped = run(*args)
     assert stopped.exit_code == code and said_once(stopped.stderr, said), stopped.stderr
+    if fault == "ENOSPC" and copy == "resize":  # the segment named, which is as it was: not the temporary copy beside it (removed)
+        segment = sorted((store / "commitlog").iterdir())[-1]
+        assert f"error: {segment}: No space left on device; left unchanged; " in stopped.stderr.splitlines()[-1], stopped.stderr
     assert not partials(tmp_path, second_disk)
     assert {k: v for k, v in both(store, second_disk).items() if not k.startswith(".mqtool-")} == before  # the segment untouched (markers aside)
     done = run(*args)
@@ -413,7 +417,8 @@ def test_a_copy_of_a_repair_cut_short_leaves_no_partial_file(tmp_path, second_di
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_restore_cut_short_in_a_copy_leaves_no_partial_file(tmp_path, second_disk, monkeypatch, fault):
     """``restore`` copies the backed-up segment beside itself on the other disk: before, cut short it left the partial
-    copy among the broker's files; now none is left, and ``restore`` again puts back every byte."""
+    copy among the broker's files, and a full disk named that copy; now none is left, the segment is named, and ``restore``
+    again puts back every byte."""
     store = split(short_segment(tmp_path), second_disk, ("commitlog",))
     before = both(store, second_disk)
     assert run("repair", store, "--yes", "--broker-version", "4.9.7", "--backup-dir", tmp_path / "backup").exit_code == 0
@@ -422,6 +427,8 @@ def test_a_restore_cut_short_in_a_copy_leaves_no_partial_file(tmp_path, second_d
         failing_copy(m, exc, lambda dst: dst.name.endswith(fileops.TMP_SUFFIX))
         stopped = run("restore", tmp_path / "backup", "--yes")
     assert stopped.exit_code == code and said_once(stopped.stderr, said), stopped.stderr
+    if fault == "ENOSPC":  # the segment named (deleted by the repair's recovery: the restore had not put it back yet), not its copy
+        assert fileops.TMP_SUFFIX not in stopped.stderr and "commitlog/00000000000004194304: No space left on device; not created; " in stopped.stderr
     assert not partials(tmp_path, second_disk)
     undone = run("restore", tmp_path / "backup", "--yes")
     assert undone.exit_code == 0, undone.stderr

@@ -20,6 +20,7 @@ from conftest import copy_store, manifest, recovered, stderr_on_a_terminal, stor
 from mqtool.apply import executor
 from mqtool.cli import app
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_REFUSED
+from mqtool.fileops import shell_path
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,11 +77,11 @@ def test_a_full_disk_under_stdout_is_one_line_and_exit_3(args):
 
 def test_an_output_path_that_cannot_be_written_is_bad_input(tmp_path):
     """Before: `salvage --out DIR`, `salvage --out missing/x.jsonl` and `recover --plan-out DIR`
-    were internal errors (exit 5)."""
+    were internal errors (exit 5). The path is quoted as a shell reads it, as every path mqtool shows."""
     store = store_path("5.3.3", "crashed-small")
     assert error_line(run("salvage", store, "--out", tmp_path), EXIT_BAD_INPUT) == f"mqtool: error: {tmp_path}: Is a directory"
     missing = tmp_path / "no such dir" / "rows.jsonl"
-    assert error_line(run("salvage", store, "-f", "jsonl", "--out", missing), EXIT_BAD_INPUT) == f"mqtool: error: {missing}: No such file or directory"
+    assert error_line(run("salvage", store, "-f", "jsonl", "--out", missing), EXIT_BAD_INPUT) == f"mqtool: error: {shell_path(missing)}: No such file or directory"
     err = error_line(run("recover", store, "--plan-out", tmp_path), EXIT_BAD_INPUT)
     assert "Is a directory" in err and "internal error" not in err
 

@@ -80,8 +80,8 @@ def test_verifys_next_commands_are_never_broken_at_any_width(short_tmp):
 
 def test_a_plan_out_on_a_full_disk_is_named_as_given(tmp_path, monkeypatch):
     """``recover STORE --plan-out FILE`` with FILE on a full disk. Before: ``mqtool: error: FILE.mqtool-tmp: No space left
-    on device``, a file the operator never named (and that is not there: it is removed). Now the error names FILE; exit 3,
-    nothing left beside it."""
+    on device``, a file the operator never named (and that is not there: it is removed). Now the error names FILE, not
+    created; exit 3, nothing left beside it."""
     import errno
     import io
 
@@ -99,7 +99,7 @@ def test_a_plan_out_on_a_full_disk_is_named_as_given(tmp_path, monkeypatch):
     plan.parent.mkdir()
     res = runner.invoke(app, ["recover", str(store_path("4.9.7", "crashed-small")), "--plan-out", str(plan)], env={"COLUMNS": "100"})
     assert res.exit_code == 3, res.output
-    assert res.stderr.splitlines()[-1] == f"mqtool: error: {plan}: No space left on device"
+    assert res.stderr.splitlines()[-1] == f"mqtool: error: {plan}: No space left on device; not created"
     assert list(plan.parent.iterdir()) == []
 
 

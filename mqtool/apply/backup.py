@@ -21,8 +21,8 @@ from typing import Callable
 from .. import activity
 from ..errors import BadInput, Refused
 from ..formats.markers import LOCK_FILE
-from ..fileops import (TMP_SUFFIX, beside, copy_entry, copy_range_sparse, copy_sparse, deleted_on_failure, fsync_dir, install, link_or_copy, makedirs,
-                       naming, owner_for, put_range, read_range, remove, remove_entry, shell_path, write_atomic)
+from ..fileops import (TMP_SUFFIX, beside, copy_entry, copy_range_sparse, copy_sparse, deleted_on_failure, fsync_dir, install, left_unchanged,
+                       link_or_copy, makedirs, naming, owner_for, put_range, read_range, remove, remove_entry, shell_path, write_atomic)
 
 BACKUP_FORMAT = "mqtool-backup/1"
 PENDING_MARKER = ".mqtool-pending"
@@ -885,7 +885,7 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
         if kind == "backup-file":
             makedirs(target.parent, like_parent=True)
             tmp = work_path(root, target)
-            with deleted_on_failure(tmp):  # beside the file on another disk: the broker would list it
+            with deleted_on_failure(tmp), left_unchanged(target):  # beside the file on another disk: the broker would list it
                 _put_back(backup.file_copy(rel), tmp, ev.get("how"), put_back)
                 _set_mtime(tmp, ev.get("mtime_ns"))
                 kept = (ev["uid"], ev["gid"], ev["mode"]) if "uid" in ev else owner_for(target)  # else a journal before owners were kept

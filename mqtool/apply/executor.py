@@ -25,6 +25,7 @@ from ..formats import checkpoint as cpfmt, commitlog as clfmt, consumequeue as c
 from ..dispatch.scanner import DispatchCache, TopicTable, after_phys, consume_queue_entries, phase_scanner
 from ..recovery.planparts import file_crc32, multi_dispatch, put_index
 from ..recovery.plans import Plan
+from ..store.mappedfile import sigbus_says
 from ..store.rules import VersionRules
 from ..store import Store, StoreConfig
 from ..store.version import BrokerVersion
@@ -33,8 +34,8 @@ from .backup import (RESTORE_ROOM, STAGING_DIR, WIDEST, BackupSet, clear_pending
                      manifest_bytes, new_manifest, read_pending, refuse_backup_inside, restore, staging_path, undo_command, unfinished_restore_line,
                      work_path, write_pending)
 from .heap import release_free_heap
-from ..fileops import (copy_sparse, deleted_on_failure, fsync_dir, fsync_path, install, makedirs, naming, owner_for, remove, shell_path, write_atomic,
-                       write_range, zero_range)
+from ..fileops import (copy_sparse, deleted_on_failure, fsync_dir, fsync_path, install, left_unchanged, makedirs, naming, owner_for, remove,
+                       shell_path, write_atomic, write_range, zero_range)
 
 
 class ApplyError(MqtoolError):
@@ -283,7 +284,7 @@ class Executor:
         except MqtoolError:
             raise
         except OSError as exc:
-            cause = (f"{exc.filename}: " if exc.filename else "") + f"{exc.strerror or exc}"
+            cause = (f"{shell_path(exc.filename)}: " if exc.filename else "") + f"{exc.strerror or exc}"
             if fresh and not self.changing:  # refused before its first action (staging the dispatch): as for a Ctrl-C there
                 with contextlib.suppress(OSError):  # left, the next run finishes an apply with nothing done
                     clear_pending(self.root)
@@ -351,7 +352,7 @@ class Executor:
         blank_at = action.start if action.op == "pad-blank" else None
         makedirs(path.parent, like_parent=True)
         tmp = work_path(self.root, path)
-        with deleted_on_failure(tmp):  # beside the file on another disk: the broker would list it
+        with deleted_on_failure(tmp), left_unchanged(path):  # beside the file on another disk: the broker would list it
             if path.exists():
                 copy_sparse(path, tmp)
             else:  # a file the plan creates (a missing DLedger index file): all zeros
@@ -414,7 +415,8 @@ class Executor:
             StopRequests.check()
             final = self.root / rel
             makedirs(final.parent, like_parent=True)
-            install(staged / rel, final, owner_for(final))
+            with left_unchanged(final):  # a copy across file systems refused: said as the store's file, not its temporary copy
+                install(staged / rel, final, owner_for(final))
             parents.add(final.parent)
             durability_point("dispatched file moved")
         for d in sorted(parents):
@@ -609,21 +611,22 @@ def apply_plan(plan: Plan, backup_dir: Path, *, progress=None, cache: DispatchCa
     pending = read_pending(root)
     if pending is not None:
         raise Refused(f"{root}: an earlier apply was interrupted (backup {shell_path(pending)}); {interrupted_apply_ways(root, pending)}")
-    check_inputs(root, plan)
+    with sigbus_says("the apply had not begun, so it changed nothing: check the disk and run the command again"):  # a saved plan's inputs
+        check_inputs(root, plan)
     refuse_backup_inside(root, backup_dir)
     reserve = refuse_no_room(root, plan, backup_dir, step, later, plan_file)
     release_free_heap()  # what planning freed, before the writers' working set
     try:
         backup = BackupSet.create(backup_dir, root, plan.to_dict(), step, reserve, plan_file)
     except OSError as exc:
-        cause = f"{exc.filename or backup_dir}: cannot create the backup: {exc.strerror or exc}"
+        cause = f"{shell_path(exc.filename or backup_dir)}: cannot create the backup: {exc.strerror or exc}"
         raise ApplyIOError(f"{cause}; nothing was changed: give a --backup-dir where it can be written (or free space there)", cause) from None
     if backed is not None:
         try:
             backed()
         except OSError as exc:
             backup.discard()
-            cause = f"{exc.filename or root}: {exc.strerror or exc}"
+            cause = f"{shell_path(exc.filename or root)}: {exc.strerror or exc}"
             raise ApplyIOError(f"{cause}; nothing was changed", cause) from None
     Executor(root, plan, backup, progress, cache).run()
     return backup

@@ -36,12 +36,12 @@ ENVIRONMENT_ERRORS = frozenset({
 
 
 def environment_error(exc: OSError) -> str | None:
-    """``out.jsonl: No space left on device`` for an ``OSError`` the machine caused, else None."""
+    """``out.jsonl: No space left on device`` for an ``OSError`` the machine caused (its file quoted as a shell reads it), else None."""
     if exc.errno not in ENVIRONMENT_ERRORS:
         return None
     reason = exc.strerror or os.strerror(exc.errno)
     if exc.filename:
-        return f"{exc.filename}: {reason}"
+        return f"{shell_path(exc.filename)}: {reason}"
     return f"cannot write: {reason}" if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) else reason
 
 

@@ -25,6 +25,7 @@ class ByteProgress:
         if drawn(enabled):
             from tqdm import tqdm
 
+            terminal.drawing_bar()
             self.bar = tqdm(total=max(stop - start, 0), unit="B", unit_scale=True, desc=desc, disable=False, leave=False, ncols=bar_width())
             terminal.show_bar(self.bar)  # cleared before data or a message is written
 
@@ -37,6 +38,7 @@ class ByteProgress:
         if self.bar is not None:
             terminal.hide_bar(self.bar)
             self.bar.close()
+            terminal.erase_line()  # a Ctrl-C's echoed ``^C`` too, when the bar is closed on the way out
 
     def __enter__(self) -> "ByteProgress":
         return self

@@ -22,12 +22,12 @@ from ..apply.backup import (
     later_backups, leftover_temporaries, moved_from, newest_first, read_manifest, refuse_backup_inside, refuse_changed, refuse_incomplete,
     refuse_moved, remove_leftovers, repair_stages, stopped_repair, undo_command, unfinished_restore_line, write_pending)
 from ..apply.heap import release_free_heap
-from ..fileops import TMP_SUFFIX, WRITE_REFUSED, salvage_command, write_atomic
+from ..fileops import TMP_SUFFIX, salvage_command, write_atomic
 from ..errors import EXIT_FINDINGS, BadInput, MqtoolError, Refused, StoreInUse, UsageError
 from ..recovery.plans import CommitLogPlan, LostMessages, Plan, PlanOptions
 from ..store.liveness import store_users
 from ..store.store import STORE_PARTS
-from ..store.mappedfile import sigbus_says
+from ..store.mappedfile import sigbus_next, sigbus_says
 from .common import BrokerConfigOpt, BrokerVersionOpt, FormatOpt, broker_config_of, guarded, note, open_store, shell_path, silence_stdout, this_command_with_yes
 from .state import State
 from .store_state import restore_interrupted, stopped_repair_line, stopped_repair_state
@@ -87,9 +87,12 @@ def planning():
         raise Interrupted("interrupted while planning: the plan changed nothing") from None
 
 
+NOTHING_CHANGED = "nothing was changed: check the disk and run the command again"  # a SIGBUS before a writing command's apply
+
+
 @contextlib.contextmanager
 def explain_interrupt(root: Path, backup: Path):
-    """Ctrl-C while applying: one line on the store's state and how to finish or undo the apply."""
+    """Ctrl-C (or a SIGBUS) while applying: one line on the store's state and how to finish or undo the apply."""
     undo = undo_command(backup)
     existed = backup.exists()
     try:
@@ -111,6 +114,8 @@ def explain_interrupt(root: Path, backup: Path):
                 with contextlib.suppress(OSError):
                     made.rmdir()
         raise Interrupted("interrupted before anything was changed") from None
+    finally:
+        sigbus_next()  # applied, or stopped and said: a SIGBUS after it claims nothing of the store
 
 
 def emit_plan(doc: dict, fmt: OutputFormat, render, backup: Path | None = None) -> None:
@@ -175,8 +180,10 @@ def _finish_interrupted(root: Path, yes: bool, force: bool) -> Path | None:
     if not yes or not pending.exists() or moved_from(root, pending) is not None:  # moved: its backup restores where it was only
         raise Refused(f"an earlier apply on this store was interrupted (backup {shell_path(pending)}): {interrupted_apply_ways(root, pending)}")
     note(f"finishing the interrupted apply first (backup {shell_path(pending)})")
-    with executor().hold_store_lock(root, force):
+    with executor().hold_store_lock(root, force), sigbus_says(f"the interrupted apply is still not finished: check the disk and run the "
+                                                              f"command again to finish it, or undo it with: {undo_command(pending)}"):
         writer.resume_pending(root, progress=lambda m: note(f"  {m}"))
+    sigbus_next(f"the interrupted apply was finished (backup {shell_path(pending)}), nothing else was changed: check the disk and run the command again")
     return pending
 
 
@@ -201,6 +208,7 @@ def refuse_contradictions(yes: bool, dry_run: bool, plan_out: Path | None = None
 
 def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, plan_out, backup_dir, force, fmt, broker_config, broker_version) -> None:
     refuse_contradictions(yes, dry_run, plan_out)
+    sigbus_next(NOTHING_CHANGED)  # the store read, planned: a SIGBUS until the apply (``explain_interrupt``) changed nothing
     if plan_out is not None and plan_out.is_dir():  # refused before the plan is made, naming the path given (not its temporary file)
         example = shell_path(plan_out / "plan.json")
         raise BadInput(f"{plan_out}: Is a directory: --plan-out names the plan's file, e.g. --plan-out {example}")
@@ -234,8 +242,8 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     emit_plan(with_next_start(plan.to_dict(), plan), fmt, render_plan, target)
     _note_damage(plan)  # again on stderr, after the plan: the last thing the operator reads before --yes
     if plan_out is not None:
-        _save_plan(plan_out, plan.to_json().encode())
-        note(f"plan saved to {plan_out}; apply it with: mqtool apply {shell_path(plan_out)} --yes")
+        write_atomic(plan_out, plan.to_json().encode())
+        note(f"plan saved to {shell_path(plan_out)}; apply it with: mqtool apply {shell_path(plan_out)} --yes")
     if not applying:
         return
     if plan.is_empty:
@@ -254,17 +262,6 @@ def naming_broker_config(plan: Plan, broker_config: Path | None) -> Plan:
     the backup's plan is the plan shown, and the command that finishes an interrupted apply (``finish_command``; a saved plan's
     own ``apply`` once its file is gone) plans with the same broker.conf."""
     return plan if broker_config is None else dataclasses.replace(plan, options={**plan.options, "broker_config": str(Path(broker_config).resolve())})
-
-
-def _save_plan(plan_out: Path, data: bytes) -> None:
-    """``--plan-out``'s file written whole, a refused write (a full disk) said with the name given, not the temporary
-    file's beside it (which is removed)."""
-    try:
-        write_atomic(plan_out, data)
-    except OSError as exc:
-        if exc.errno not in WRITE_REFUSED or exc.filename != str(plan_out) + TMP_SUFFIX:
-            raise
-        raise OSError(exc.errno, exc.strerror, str(plan_out)) from None
 
 
 def note_undo(done: str, target: Path, then: Path | None = None) -> None:
@@ -381,6 +378,7 @@ def repair(store: StoreRootArg, yes: YesOpt = False, dry_run: DryRunOpt = False,
       mqtool repair /data/rocketmq/store --yes
     """
     refuse_contradictions(yes, dry_run)
+    sigbus_next(NOTHING_CHANGED)  # as ``run_modifying``
     root = store
     if not root.is_dir():
         with open_store(root, broker_config, broker_version) as given:  # the documented error for a missing store or a segment
@@ -676,6 +674,7 @@ def apply(plan_file: Annotated[Path, typer.Argument(help="A plan saved with --pl
     Example:
       mqtool apply /tmp/plan.json --yes
     """
+    sigbus_next(NOTHING_CHANGED)  # as ``run_modifying``
     if plan_file.is_dir():
         raise BadInput(f"{plan_file}: a directory; give the plan file saved with --plan-out")
     try:
@@ -800,7 +799,7 @@ def _restore_set(backup: Path, *, yes: bool, force: bool, fmt: OutputFormat, sho
         except KeyboardInterrupt:
             raise Interrupted(_finish_restore_line(backup)) from None
         except OSError as exc:
-            raise BadInput(f"{exc.filename or root}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
+            raise BadInput(f"{shell_path(exc.filename or root)}: {exc.strerror or exc}; fix this and run the restore again (it is idempotent)") from None
     note(f"{stage}restored {len(result['restored'])} file(s)/range(s), deleted {len(result['deleted'])} file(s) the {summary['command'] or 'apply'} had created", always=True)  # a write: said as an apply's
     _note_removed(result["temporaries_removed"])
 

@@ -136,10 +136,10 @@ def salvage(
             if out is not None and out.is_file():  # not a directory given for the file (exit 3, said once)
                 if format is not SalvageFormat.parquet:
                     _cut_to_last_line(out)
-                note(f"{out}: holds only the rows written before salvage stopped")
-            if writer is not None:
-                left = f"(not at {writer.target}, which it is renamed to once whole): " if writer.building != writer.target else ""
-                note(f"{writer.building}: the new store is incomplete {left}delete it, or run the salvage again, which replaces it")
+                note(f"{shell_path(out)}: holds only the rows written before salvage stopped")
+            if writer is not None:  # the paths quoted as a shell reads them: the one to delete is pasted
+                left = f"(not at {shell_path(writer.target)}, which it is renamed to once whole): " if writer.building != writer.target else ""
+                note(f"{shell_path(writer.building)}: the new store is incomplete {left}delete it, or run the salvage again, which replaces it")
             raise
     _report(scan.summary, new_store, include_stale, next_start)
     left_out = [p for p in store.problems if p.kind in (SEGMENT_SIZE, SEGMENT_NAME)]  # a wrong-length or misnamed segment Store.open left out

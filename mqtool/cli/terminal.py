@@ -96,6 +96,7 @@ def to_devnull(stream) -> None:
         pass
 
 _bars: list = []  # progress bars on screen (objects with ``clear()``), see progress.py
+_bar_line = False  # stderr's line may hold a bar drawn or closed (and a ``^C`` echoed after it) that ``erase_line`` has not blanked
 
 
 def width() -> int:
@@ -124,11 +125,18 @@ def isatty(stream) -> bool:
         return False
 
 
+def drawing_bar() -> None:
+    """A bar is about to be drawn on stderr's line: a Ctrl-C before ``show_bar`` has its line blanked too (``clear_bars``)."""
+    global _bar_line
+    _bar_line = True
+
+
 def show_bar(bar) -> None:
     _bars.append(bar)
 
 
 def hide_bar(bar) -> None:
+    drawing_bar()  # its line is blanked once the bar is closed (``erase_line``), or by the next ``clear_bars``
     if bar in _bars:
         _bars.remove(bar)
 
@@ -137,6 +145,22 @@ def clear_bars() -> None:
     """Erase the progress bars (they redraw on their next update): a line written now starts at the left edge."""
     for bar in _bars:
         bar.clear()
+    if _bars or _bar_line:
+        erase_line()
+
+
+def erase_line() -> None:
+    """Blank stderr's line on a terminal: tqdm blanks only its bar's width, not the ``^C`` the terminal echoed after the bar
+    (``progress.bar_width`` leaves it the room), which the next line (``mqtool: error: interrupted``) would end with. An escape
+    sequence, so not where ``color`` writes none (``NO_COLOR``, ``TERM=dumb``)."""
+    global _bar_line
+    _bar_line = False
+    if color(sys.stderr):
+        try:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+        except (OSError, ValueError):  # a closed or vanished terminal: the line it would blank is gone too
+            pass
 
 
 def note(message: str, *, always: bool = False) -> None:

@@ -263,11 +263,11 @@ def file_size(path: Path) -> int:
         raise BadInput(f"{path}: {exc.strerror}") from None
 
 
-SIGBUS_MESSAGE = (
-    b"mqtool: error: a store file could not be read through its memory map (SIGBUS: the file shrank while "
-    b"mapped, or its filesystem is full, e.g. a full tmpfs); check the disk and run the command again\n"
-)
+SIGBUS_LINE = ("mqtool: error: ", "a store file", " could not be read through its memory map (SIGBUS: the file shrank while mapped, "
+               "or its filesystem is full, e.g. a full tmpfs); ")  # before the file's path (``_sigbus.pyx``), the subject without one
+SIGBUS_NEXT = "check the disk and run the command again"
 _sigbus_handled = False
+_sigbus_next = SIGBUS_NEXT  # what the line ends with now (``sigbus_says``)
 
 
 def sigbus_handled() -> bool:
@@ -275,30 +275,46 @@ def sigbus_handled() -> bool:
     return _sigbus_handled
 
 
-def exit_on_sigbus(*, worker: bool = False) -> None:
-    """A SIGBUS made one stderr line and exit 3 by a compiled handler (``_sigbus.pyx``); ``worker``: sent to the parent."""
-    global _sigbus_handled
-    if _sigbus_handled and not worker:
-        return
+def _install_sigbus(next_step: str, worker: bool = False) -> None:
+    global _sigbus_next
     from ._sigbus import install
 
-    install(SIGBUS_MESSAGE, EXIT_BAD_INPUT, worker)
+    before, subject, after = SIGBUS_LINE
+    install(before.encode(), subject.encode(), f"{after}{next_step}\n".encode(), EXIT_BAD_INPUT, worker)
+    _sigbus_next = next_step
+
+
+def exit_on_sigbus(*, worker: bool = False) -> None:
+    """A SIGBUS made one stderr line naming the mapped file and exit 3 by a compiled handler (``_sigbus.pyx``); ``worker``: sent to
+    the parent. Called again (a command run again in the same process), the line's end is ``SIGBUS_NEXT`` again."""
+    global _sigbus_handled
+    if _sigbus_handled and not worker:
+        if _sigbus_next != SIGBUS_NEXT:
+            _install_sigbus(SIGBUS_NEXT)
+        return
+    _install_sigbus(SIGBUS_NEXT, worker)
     _sigbus_handled = True
+
+
+def sigbus_next(message: str = SIGBUS_NEXT) -> None:
+    """From now on a SIGBUS's line ends with ``message``: what state a writing command leaves the store in, and what to run."""
+    if _sigbus_handled:
+        _install_sigbus(message)
 
 
 @contextmanager
 def sigbus_says(message: str):
-    """Within the block a SIGBUS also prints ``message`` (a writing command says what state the store may be in)."""
+    """Within the block a SIGBUS's line ends with ``message`` (a writing command says what state the store is in and what to
+    run); after it, with what it ended with before."""
     if not _sigbus_handled:
         yield
         return
-    from ._sigbus import install
-
-    install(SIGBUS_MESSAGE.rstrip(b"\n").rsplit(b"; ", 1)[0] + b"; " + message.encode() + b"\n", EXIT_BAD_INPUT, False)
+    outer = _sigbus_next
+    _install_sigbus(message)
     try:
         yield
     finally:
-        install(SIGBUS_MESSAGE, EXIT_BAD_INPUT, False)
+        _install_sigbus(outer)
 
 
 def inferred_file_size(sizes) -> int:
