@@ -45,6 +45,7 @@ class Verification:
         self._broker_start: int | None = None
         # segment base -> chain prefix already walked and checked by another reader (``recover``'s plan)
         self.walked: dict | None = None
+        self.dispatched = None  # what another reader's dispatch of the chain saw (``recover``'s plan: ``lmq.Dispatched``)
         self.stall = None  # the record whose dispatch throws where the next start stops, and how (``_settle_next_start``)
         self.riding: dict[str, object] = {}  # the riders (``_riders``) of the cq check's walk whose findings stand
 
@@ -131,7 +132,8 @@ class Verification:
                 last_timestamp, records, logical_end = result.last_timestamp, result.records, result.logical_end
                 self.last_timestamp = last_timestamp
             if opts.from_offset is None and not store.is_dledger:
-                dispatched = None if shared is None else (lambda: shared.dispatched(logical_end))
+                offered = self.dispatched  # where the shared walk offers none (verify without the cross checks)
+                dispatched = (lambda: offered) if shared is None else (lambda: shared.dispatched(logical_end) or offered)
                 self._settle_next_start(check.broker_walk(store.config.check_crc_on_recover), dispatched)
         if summary.next_start is None and {"commitlog", "cq", "index"} & set(opts.checks):
             self._settle_next_start(None)
