@@ -2,7 +2,8 @@
 ``recover._scan``) and once for what ``verify`` still reports after it (``verify_after``), which walks on from where the plan's
 walk stopped (``walkedchain``). The next start's stall in that verify (``lmq.stall_throw``: a record whose dispatch throws in
 the range the next start re-dispatches) is read off the plan's recovery scan, which dispatched every record of that range; it
-scanned the log a third time. The plans are those the scan gives."""
+scanned the log a third time. Where verify runs every check, the cq check's stall takes that one. The plans are those the
+scans give."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import mqtool.recovery.repair as repair
+import mqtool.verify.verification as verification
 from conftest import ALL_VERSIONS, copy_store, without_timings
 from mqtool.cli import app
 from test_recovery_verify_after import lose_queues_and_index
@@ -55,3 +57,20 @@ def test_where_records_may_throw_the_next_starts_stall_is_still_scanned_for(tmp_
     assert planned[0] == 4 and "refused without --yes" in planned[2]
     assert log_walk_starts == ["_walk", "analyze_segment", "_walk"]
     assert _plan_scanning_for_throws(root, monkeypatch) == planned
+
+
+def test_where_records_may_throw_the_entries_the_next_start_rebuilds_take_its_stall(tmp_path, log_walk_starts, monkeypatch):
+    """That LMQ store with the broker's multi-dispatch on (its broker.conf given): ``verify_after`` runs every check, and the cq
+    check's stall (the entries the next start rebuilds, ``ConsumeQueueCheck.stall``) scanned the log a fourth time, to the end
+    the next start's stall was scanned to; it now takes that one (``Verification.settled_stall``), with the same plan."""
+    root = lose_queues_and_index(copy_store("5.3.3", "lmq-small", tmp_path))
+    config = tmp_path / "broker.conf"
+    config.write_text("enableMultiDispatch=true\n")
+    planned = _plan(root, "--broker-config", config)
+    assert planned[0] == 4 and "refused without --yes" in planned[2]
+    assert log_walk_starts == ["_walk", "analyze_segment", "_walk"]
+    log_walk_starts.clear()
+    with monkeypatch.context() as m:
+        m.setattr(verification.Verification, "stalled_at", property(lambda self: None, lambda self, value: None), raising=False)
+        assert _plan(root, "--broker-config", config) == planned
+    assert log_walk_starts == ["_walk", "analyze_segment", "_walk", "_walk"]

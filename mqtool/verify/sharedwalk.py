@@ -64,6 +64,7 @@ class SharedWalk(ChainReader):
         self.last_flagged = -1  # the offset of the last record dispatched with a ``THROW_FLAGS`` flag
         self.stood: Dispatched | None = None  # what was dispatched, once ``result`` stands (every batch checked)
         self.checks.dispatched = lambda: self.stood
+        self.checks.settled = verification.settled_stall
         self.outcome = CrossCheckOutcome()
         self.next_index = store.commitlog.segment_index(start) if self.segments else None
         self.base = 0
