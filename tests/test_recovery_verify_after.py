@@ -130,9 +130,9 @@ def test_verify_on_the_plans_walk_gives_the_list_verify_after_the_plan_gives(ver
     calls = []
     real = rp.verify_findings
 
-    def spy(store, checks=rp.CHECKS, *, walked=None):
+    def spy(store, checks=rp.CHECKS, *, walked=None, **given):  # ``given``: what else the plan offers verify (``dispatched``)
         calls.append((checks, sum(r.records for r in walked.values()) if walked is not None else None))
-        return real(store, checks, walked=walked)
+        return real(store, checks, walked=walked, **given)
 
     monkeypatch.setattr(rp, "verify_findings", spy)
     with Store.open(root, version=version) as store:

@@ -122,3 +122,28 @@ def test_where_records_may_throw_the_next_starts_stall_is_still_scanned_for(stor
     findings, summary, shared = _verify(root)
     assert log_walk_starts == ["analyze_segment", "_walk"] and shared
     assert _verify_scanning_for_throws(root, monkeypatch) == (findings, summary)
+
+
+def _verify_scanning_for_the_cq_checks_stall(root, monkeypatch) -> tuple[list[dict], dict]:
+    """``_verify`` with the cq check's stall (``ConsumeQueueCheck.stall``) scanned for anew, not taken from the next start's."""
+    with monkeypatch.context() as m:
+        m.setattr(verification.Verification, "stalled_at", property(lambda self: None, lambda self, value: None), raising=False)
+        return _verify(root)[:2]
+
+
+def test_entries_the_next_start_rebuilds_past_records_that_may_throw_take_its_stall(store_copy, log_walk_starts, monkeypatch):
+    """An LMQ store made crashed by an abort file, one queue directory lost: where the next start stops (a record whose dispatch
+    throws) was scanned for twice, to settle the next start and for the cq check's entries it rebuilds (``ConsumeQueueCheck
+    .stall``), to the same end; the cq check now takes the next start's, with the same findings."""
+    import shutil
+
+    root = store_copy("5.3.3", "lmq-small")
+    (root / "abort").write_bytes(b"")
+    shutil.rmtree(root / "consumequeue" / "TopicTest" / "0")
+    findings, summary, shared = _verify(root)
+    assert log_walk_starts == ["analyze_segment", "_walk"] and shared
+    missing = [f for f in findings if f["kind"] == "cq-entry-missing"]
+    assert len(missing) == 1 and "will rebuild them on its next start" in missing[0]["message"]
+    log_walk_starts.clear()
+    assert _verify_scanning_for_the_cq_checks_stall(root, monkeypatch) == (findings, summary)
+    assert log_walk_starts == ["analyze_segment", "_walk", "_walk"]

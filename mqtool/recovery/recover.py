@@ -11,6 +11,7 @@ from ..formats import markers
 from ..fileops import salvage_command, shell_path
 from ..formats.dispatch import SCHEDULE_TOPIC
 from ..store import Store
+from ..dispatch import fastdispatch as fd
 from ..dispatch.scanner import TAGS_DELIVERY_TIME, TAGS_HASH, DispatchCache, after_phys, first_throw
 from .logkinds import LogKind, RecoveryRun, log_kind
 from .sharedscans import SharedScans, scan_phase, topic_table
@@ -21,6 +22,7 @@ from .plans import Action, CheckpointPlan, DispatchPhase, Plan, PlanOptions, Que
 from .queues import QueueSim
 from ..store.nextstart import RECOVER_FIXES, committed_refusal, later_refusal, refusal_after_recovery
 from ..store.rules import VersionRules
+from ..verify.lmq import Dispatched, last_flagged
 
 if TYPE_CHECKING:
     from ..store.walkedchain import WalkedChain
@@ -103,7 +105,11 @@ def _scan(run: RecoveryRun, kind: LogKind) -> None:
                          shown=run.walked if kind.shows_walked and config.check_crc_on_recover else None, ahead=True)
     counts = PhaseCounts()
     run.phase_counts.append(counts)
+    told = run.walked if kind.shows_walked else None  # a classic chain: the records ``lmq.stall_throw`` scans
+    flagged = -1  # the last record dispatched with a flag to throw on (``lmq.last_flagged``)
     for batch in scanner:
+        if told is not None:
+            flagged = last_flagged(batch.offsets, batch.column(fd.F_FLAGS), flagged)
         if dispatch_a:
             batch = after_phys(batch, threshold_a)
             feed(batch, run.topics, run.sims, store, rules, run.index_writer, counts, keep_placed=run.options.keep_placed)
@@ -111,6 +117,8 @@ def _scan(run: RecoveryRun, kind: LogKind) -> None:
                 cache.add(0, batch)
     run.scan = ScanResult(start, rule, scanner.end, scanner.records, scanner.last_valid_offset)
     dispatched_to = scanner.end.offset  # the scan's own end: a DLedger log's queue cut moves ``run.end`` past a bad CRC to the entry walk's end
+    if told is not None:  # every record of the chain the scan walked was dispatched: verify_after's next start reads it
+        told.dispatched.append((run.legacy, Dispatched(start, dispatched_to, flagged)))
     run.cq_cut = kind.queue_cut(run)
     if dispatch_a:
         hashed = tags_a == TAGS_HASH

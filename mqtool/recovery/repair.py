@@ -37,7 +37,7 @@ from ..store.version import eras_label
 from ..store.timer import RecoveredWheel, TimerLog, TimerLogEnd, TimerLogListing, TimerStore, chain_break, cut_at, recovered_wheel
 from ..verify import CHECKS, CROSS_CHECKS, Finding, Severity, Verification, VerifyOptions
 from ..verify.consumequeue import MissingRun, entries_missing, entry_mismatch
-from ..verify.lmq import adjacent_runs, lmq_queue_dirs
+from ..verify.lmq import Dispatched, adjacent_runs, lmq_queue_dirs
 from ..verify.state import checkpoint_ahead_findings, config_file_findings, consumer_offset_findings
 from .plans import Action, CheckpointPlan, Expected, Plan, PlanOptions, QueuePlan, _from_json_value, _to_json_value
 from .planners import plan_rebuild_cq, plan_rebuild_index  # under every candidate version, as the commands plan
@@ -585,10 +585,12 @@ class Triage:
         return bool(self.queues or self.units or self.index or self.checkpoint or self.configs or self.abort or self.dledger_units or self.dledger_tail)
 
 
-def verify_findings(store: Store, checks: tuple[str, ...] = CHECKS, *, walked: dict | None = None) -> tuple[list[Finding], Verification]:
-    """``verify``'s failing findings; ``walked``: the chain prefixes the plan's scan walked (``walkedchain``)."""
+def verify_findings(store: Store, checks: tuple[str, ...] = CHECKS, *, walked: dict | None = None,
+                    dispatched: Dispatched | None = None) -> tuple[list[Finding], Verification]:
+    """``verify``'s failing findings; ``walked``: the chain prefixes the plan's scan walked (``walkedchain``), ``dispatched``:
+    what its dispatch saw (``plan_dispatched``)."""
     run = Verification(store, VerifyOptions(checks=checks), activity.listener("verify "))
-    run.walked = walked
+    run.walked, run.dispatched = walked, dispatched
     return [f for f in run.findings() if f.severity.fails], run
 
 
@@ -1042,9 +1044,20 @@ def plan_with_verify_after(store: Store, make_plan: Callable[[WalkedChain | None
     if before_verify is not None:
         before_verify()
     if walked is not None and cross_checks_settled(store, plan):
-        verified = verify_findings(store, LOCAL_CHECKS, walked=walked.runs)
+        verified = verify_findings(store, LOCAL_CHECKS, walked=walked.runs, dispatched=plan_dispatched(store, walked))
         return dataclasses.replace(plan, verify_after=tuple(_expected_after(verified, plan, store)))
     return dataclasses.replace(plan, verify_after=tuple(verify_after(store, plan)))
+
+
+def plan_dispatched(store: Store, walked: WalkedChain) -> Dispatched | None:
+    """What the plan's recovery scans dispatched (``WalkedChain.dispatched``) as ``lmq.stall_throw`` reads a walk's dispatch,
+    sparing verify's next start a scan of its own (verify runs without the cross checks and their walk): the range every
+    candidate's scan walked, the last record flagged in any; None where a scan read the properties by another rule than the
+    store is read by after the plan (their flags are that rule's), or none was told."""
+    told = walked.dispatched
+    if not told or any(legacy != store.legacy_properties for legacy, _ in told):
+        return None
+    return Dispatched(max(d.start for _, d in told), min(d.end for _, d in told), max(d.last_flagged for _, d in told))
 
 
 def file_fix_steps(findings: list[Finding], steps: list[RepairStep], files: Plan | None) -> dict[int, str]:

@@ -11,6 +11,9 @@ class WalkedChain:
 
     def __init__(self) -> None:
         self.runs: dict[int, Run] = {}
+        # what each plan's recovery scan dispatched (``recover._scan``): the properties rule it read them by
+        # (``legacy_properties``) and ``verify.lmq.Dispatched``, for ``verify_after``'s next start (``repair.plan_dispatched``)
+        self.dispatched: list[tuple[bool, tuple[int, int, int]]] = []
 
     def rows(self, batch: fs.SegmentBatch) -> None:
         """One call's rows of ``walk_segment`` (CRC checked), in walk order."""

@@ -415,9 +415,10 @@ class ConsumeQueueCheck(FindingSink):
     the join declines it), then ``finish``."""
 
     def __init__(self, store: Store, *, lower: int, upper: int | None, logical_end: int, redispatch_from: int | None, redispatch_why: str,
-                 dispatched=None):
+                 dispatched=None, settled=None):
         self.store = store
         self.dispatched = dispatched  # what the walk feeding the check dispatched (``lmq.stall_throw``), or None
+        self.settled = settled  # the next start's stall and the end it was scanned to (``Verification.settled_stall``), or None
         self.lower, self.upper = lower, upper
         self.logical_end = logical_end
         self.redispatch_from, self.redispatch_why = redispatch_from, redispatch_why
@@ -742,7 +743,11 @@ class ConsumeQueueCheck(FindingSink):
 
     @cached_property
     def stall(self):
-        """The record whose dispatch throws where the start that would rebuild missing entries stops (``lmq.stall_throw``)."""
+        """The record whose dispatch throws where the start that would rebuild missing entries stops (``lmq.stall_throw``): the
+        next start's where verify settled it at this end (the same scan)."""
+        settled = self.settled() if self.settled is not None else None
+        if settled is not None and settled[0] == self.logical_end:
+            return settled[1]
         return stall_throw(self.store, self.logical_end, self.dispatched)
 
     def finish(self) -> None:

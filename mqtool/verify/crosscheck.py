@@ -60,6 +60,7 @@ class CrossChecks:
         self.legacy = store.legacy_properties
         self.index_rule = store.rules.index_rule if "index" in cross else INDEX_NONE
         self.dispatched = None  # what the walk feeding the checks dispatched, once it stands (``SharedWalk``; ``lmq.stall_throw``)
+        self.settled = None  # the next start's stall, once settled (``Verification.settled_stall``; ``ConsumeQueueCheck.stall``)
 
     def column_builder(self, capacity: int) -> ColumnBuilder:
         """A ``columns.ColumnBuilder`` for the next batch."""
@@ -72,7 +73,7 @@ class CrossChecks:
         if "cq" in cross:
             redispatch_from, why = redispatch_start(store)
             self.checks.append(ConsumeQueueCheck(store, lower=lower, upper=upper, logical_end=logical_end, redispatch_from=redispatch_from, redispatch_why=why,
-                                                 dispatched=self.dispatched))
+                                                 dispatched=self.dispatched, settled=self.settled))
         if "index" in cross:
             cp = store.checkpoint
             self.checks.append(IndexCheck(store, lower=lower, upper=upper, logical_end=logical_end, abort_present=store.abort_present, index_msg_timestamp=cp.index_msg_timestamp if cp else None,

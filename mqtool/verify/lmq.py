@@ -145,8 +145,9 @@ def reput_notifies(store: Store) -> bool:
 
 
 class Dispatched(NamedTuple):
-    """What a walk that dispatched every record of the chain ``[start, end)`` saw (``SharedWalk.dispatched``): the offset of
-    the last record whose dispatch flags (``THROW_FLAGS``) let a dispatch or notify throw, -1 for none."""
+    """What a walk that dispatched every record of the chain ``[start, end)`` saw (``SharedWalk.dispatched``; ``recover``'s
+    scan: ``recovery.repair.plan_dispatched``): the offset of the last record whose dispatch flags (``THROW_FLAGS``) let a
+    dispatch or notify throw, -1 for none."""
 
     start: int
     end: int
@@ -156,6 +157,13 @@ class Dispatched(NamedTuple):
 # a record only throws with multi-dispatch properties (``consume_queue_entries``, ``first_notify_throw``) or none at all
 # (``NoPropertiesThrows``); one the compiled dispatch leaves to Python is not known not to
 THROW_FLAGS = fd.FLAG_MULTI_DISPATCH | fd.FLAG_NO_PROPERTIES | fd.FLAG_FALLBACK
+
+
+def last_flagged(offsets, flags, last: int) -> int:
+    """``Dispatched.last_flagged`` on past a batch of records dispatched in order (their ``offsets`` and dispatch ``flags``):
+    the offset of its last record with a ``THROW_FLAGS`` flag, else ``last`` (that of an earlier batch, or -1)."""
+    flagged = (flags & THROW_FLAGS).nonzero()[0]
+    return int(offsets[flagged[-1]]) if flagged.size else last
 
 
 def stall_throw(store: Store, stop: int, dispatched: Callable[[], Dispatched | None] | None = None) -> tuple[DispatchThrows, str] | None:

@@ -33,7 +33,7 @@ from ..store.commitlog import ScanEnd, StopReason
 from . import logstream
 from .crosscheck import CrossCheckOutcome, CrossChecks
 from .findings import Finding, replay_spilled
-from .lmq import THROW_FLAGS, Dispatched
+from .lmq import Dispatched, last_flagged
 from ..store.segments import ChainReader, Run, SegmentTask
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ class SharedWalk(ChainReader):
         self.last_flagged = -1  # the offset of the last record dispatched with a ``THROW_FLAGS`` flag
         self.stood: Dispatched | None = None  # what was dispatched, once ``result`` stands (every batch checked)
         self.checks.dispatched = lambda: self.stood
+        self.checks.settled = verification.settled_stall
         self.outcome = CrossCheckOutcome()
         self.next_index = store.commitlog.segment_index(start) if self.segments else None
         self.base = 0
@@ -231,9 +232,7 @@ class SharedWalk(ChainReader):
             if deferred:
                 builder.add(array, rows)
             columns = builder.build(base)
-            flagged = np.flatnonzero(columns.flags & THROW_FLAGS)
-            if flagged.size:
-                self.last_flagged = int(columns.offsets[flagged[-1]])
+            self.last_flagged = last_flagged(columns.offsets, columns.flags, self.last_flagged)
             for finding in self.checks.feed(segment, columns):
                 self.pending.append(finding)
                 if len(self.pending) >= CHUNK:

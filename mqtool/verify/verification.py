@@ -45,7 +45,9 @@ class Verification:
         self._broker_start: int | None = None
         # segment base -> chain prefix already walked and checked by another reader (``recover``'s plan)
         self.walked: dict | None = None
+        self.dispatched = None  # what another reader's dispatch of the chain saw (``recover``'s plan: ``lmq.Dispatched``)
         self.stall = None  # the record whose dispatch throws where the next start stops, and how (``_settle_next_start``)
+        self.stalled_at: int | None = None  # the end ``stall`` was scanned to (the next start's), once it was
         self.riding: dict[str, object] = {}  # the riders (``_riders``) of the cq check's walk whose findings stand
 
     def broker_start(self) -> int:
@@ -131,7 +133,8 @@ class Verification:
                 last_timestamp, records, logical_end = result.last_timestamp, result.records, result.logical_end
                 self.last_timestamp = last_timestamp
             if opts.from_offset is None and not store.is_dledger:
-                dispatched = None if shared is None else (lambda: shared.dispatched(logical_end))
+                offered = self.dispatched  # where the shared walk offers none (verify without the cross checks)
+                dispatched = (lambda: offered) if shared is None else (lambda: shared.dispatched(logical_end) or offered)
                 self._settle_next_start(check.broker_walk(store.config.check_crc_on_recover), dispatched)
         if summary.next_start is None and {"commitlog", "cq", "index"} & set(opts.checks):
             self._settle_next_start(None)
@@ -238,6 +241,11 @@ class Verification:
         walk.end = start
         return walk
 
+    def settled_stall(self) -> tuple[int, tuple | None] | None:
+        """(the end ``stall`` was scanned to, ``stall``) once ``_settle_next_start`` scanned, for the cq check's stall at the same
+        end (``ConsumeQueueCheck.stall``: no second scan); else None."""
+        return None if self.stalled_at is None else (self.stalled_at, self.stall)
+
     def _settle_next_start(self, walked: tuple[int, ScanEnd] | None, dispatched=None) -> None:
         """``summary.next_start``: the broker's next start (``store.nextstart``), from the
         commit log check's walk where it made one (no second walk of the log), with where a
@@ -248,6 +256,7 @@ class Verification:
 
         walked_from, end = walked if walked is not None else (None, None)
         found, self.stall = stalled_start(self.store, next_start(self.store, end, walked_from), dispatched)
+        self.stalled_at = None if found is None else found.logical_end  # ``stalled_start`` scans where the start ends the log
         if found is not None:
             self.summary.logical_end, self.summary.end_reason = found.reported_end(end)
             self.summary.next_start = found
@@ -264,6 +273,7 @@ class Verification:
         total = (stop if stop is not None else end_guess) - start
         stream.progress = self._stage("cross-check", max(total, 0))
         cross_checks = CrossChecks(store, cross, start, stop, end_guess, self.options.index_files)
+        cross_checks.settled = self.settled_stall
         self.cross_checks = cross_checks.checks
         self.riding = self._riders(cross)
         riders = list(self.riding.values())
