@@ -313,10 +313,14 @@ def stderr_on_a_terminal(args, columns: int = 100, stdout_file: Path | None = No
     return shown.decode("utf-8", "replace"), out if stdout_file is None else Path(stdout_file).read_text()
 
 
-def terminal_run(args, columns: int = 100, env=None, timeout: int = 300) -> tuple[int, str]:
-    """Run mqtool with stdin, stdout and stderr on a pseudo-terminal of ``columns`` x 40: its exit code and output."""
+def terminal_run(args, columns: int = 100, env=None, timeout: int = 300, *, program: str | None = None,
+                 type_when: tuple[bytes, bytes] | None = None) -> tuple[int, str]:
+    """Run mqtool (or the Python ``program`` given ``args``) with stdin, stdout and stderr on a pseudo-terminal of ``columns`` x 40:
+    its exit code and output. ``type_when=(shown, keys)``: ``keys`` typed once the output holds ``shown``, the terminal the
+    process's controlling one (as a shell's foreground job's: a typed Ctrl-C echoes ``^C`` and sends SIGINT)."""
     import fcntl
     import pty
+    import select
     import struct
     import subprocess
     import termios
@@ -324,18 +328,22 @@ def terminal_run(args, columns: int = 100, env=None, timeout: int = 300) -> tupl
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
     environ = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")} | {"TERM": "xterm-256color"} | (env or {})
-    proc = subprocess.Popen([sys.executable, "-m", "mqtool", *map(str, args)], stdin=slave, stdout=slave, stderr=slave, env=environ,
-                            close_fds=True)
+    argv = [sys.executable, *(("-c", program) if program is not None else ("-m", "mqtool")), *map(str, args)]
+    controlling = {"start_new_session": True, "preexec_fn": lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0)} if type_when else {}
+    proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=environ, close_fds=True, **controlling)
     os.close(slave)
-    chunks = []
-    while True:
+    raw = b""
+    while select.select([master], [], [], timeout)[0]:
         try:
             data = os.read(master, 65536)
         except OSError:  # EIO: the child closed the terminal
             break
         if not data:
             break
-        chunks.append(data)
+        raw += data
+        if type_when is not None and type_when[0] in raw:
+            os.write(master, type_when[1])
+            type_when = None
     code = proc.wait(timeout=timeout)
     os.close(master)
-    return code, b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+    return code, raw.decode("utf-8", "replace").replace("\r\n", "\n")

@@ -10,7 +10,7 @@ import shlex
 import subprocess
 import sys
 
-from conftest import ROOT, copy_store
+from conftest import ROOT, copy_store, terminal_run
 from typer.testing import CliRunner
 
 import mqtool.fileops as fileops
@@ -133,39 +133,11 @@ def shown(raw: str, columns: int) -> list[str]:
 def ctrl_c_under_a_bar(args, columns: int = 100) -> tuple[int, list[str]]:
     """``mqtool ARGS`` on a pseudo-terminal it has as its controlling terminal (as a shell's foreground job), its progress bar
     held where drawn until Ctrl-C is typed into the terminal, which echoes ``^C`` and sends SIGINT: the exit code and screen."""
-    import fcntl
-    import pty
-    import select
-    import struct
-    import termios
-
     held = ("import sys, time; import mqtool.cli.progress as p; advance = p.ByteProgress.advance; "
             "p.ByteProgress.advance = lambda self, offset: time.sleep(60) if self.bar is not None else advance(self, offset); "
             "from mqtool.cli import main; sys.argv = ['mqtool', *sys.argv[1:]]; main()")
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "NO_COLOR")} | {"TERM": "xterm-256color"}
-    proc = subprocess.Popen([sys.executable, "-c", held, *map(str, args)], stdin=slave, stdout=slave, stderr=slave, env=env,
-                            start_new_session=True, preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0), close_fds=True)
-    os.close(slave)
-    raw, typed = b"", False
-    while True:
-        if not select.select([master], [], [], 60)[0]:
-            proc.kill()
-            break
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # EIO: the child closed the terminal
-            break
-        if not data:
-            break
-        raw += data
-        if not typed and b"%|" in raw:  # the bar is drawn
-            os.write(master, b"\x03")
-            typed = True
-    code = proc.wait(timeout=60)
-    os.close(master)
-    return code, [line for line in shown(raw.decode("utf-8", "replace"), columns) if line]
+    code, raw = terminal_run(args, columns, timeout=60, program=held, type_when=(b"%|", b"\x03"))  # typed once the bar is drawn
+    return code, [line for line in shown(raw, columns) if line]
 
 
 def test_ctrl_c_under_a_progress_bar_ends_with_the_bar_gone_and_one_clean_line(tmp_path):
