@@ -334,7 +334,7 @@ def link_or_copy(src: Path, dst: Path, *, synced: set[Path] | None = None, copie
     makedirs(dst.parent, synced=synced)
     tmp = dst.with_name(dst.name + ".part")
     tmp.unlink(missing_ok=True)
-    with deleted_on_failure(tmp):  # no partial copy left in the backup
+    with deleted_on_failure(tmp), left_unchanged(dst):  # no partial copy left in the backup; a refused copy said as ``dst``'s
         try:
             os.link(os.path.realpath(src), tmp)
             how = "link"

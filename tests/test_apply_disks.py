@@ -404,9 +404,12 @@ def test_a_copy_of_a_repair_cut_short_leaves_no_partial_file(tmp_path, second_di
         failing_copy(m, exc, lambda dst: dst.name.endswith(".part" if copy == "backup" else fileops.TMP_SUFFIX))
         stopped = run(*args)
     assert stopped.exit_code == code and said_once(stopped.stderr, said), stopped.stderr
+    segment = sorted((store / "commitlog").iterdir())[-1]
     if fault == "ENOSPC" and copy == "resize":  # the segment named, which is as it was: not the temporary copy beside it (removed)
-        segment = sorted((store / "commitlog").iterdir())[-1]
         assert f"error: {segment}: No space left on device; left unchanged; " in stopped.stderr.splitlines()[-1], stopped.stderr
+    if fault == "ENOSPC" and copy == "backup":  # the backup's copy named (the backup's disk is full), never made: not its ``.part``
+        said_copy = re.search(rf"error: {re.escape(str(tmp_path / 'backup'))}/\S+-{segment.name}: No space left on device; not created; ", stopped.stderr)
+        assert ".part" not in stopped.stderr and said_copy, stopped.stderr
     assert not partials(tmp_path, second_disk)
     assert {k: v for k, v in both(store, second_disk).items() if not k.startswith(".mqtool-")} == before  # the segment untouched (markers aside)
     done = run(*args)
