@@ -638,6 +638,35 @@ def test_where_no_hole_can_be_punched_the_cut_and_its_restore_write_the_zeros(pu
     assert snapshot(store) == before
 
 
+def test_a_restore_stopped_inside_a_range_it_writes_back_finishes_when_run_again(tmp_path, monkeypatch):
+    """Ctrl-C (or a kill) while ``restore`` writes a kept range back: half of it written, the file neither as the apply left it
+    nor as found. Before, the restore it said to run again refused ("changed after the recover by something other than
+    mqtool"); only --force finished it. Now the restore journals the range it begins (``restore-range``) and run again finishes."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "s")
+    segment = store / "commitlog" / "00000000000003145728"
+    with open(segment, "r+b") as f:  # a dirty tail after the valid end: recover backs up that range and zeroes it
+        f.seek(600000)
+        f.write(b"\1" * 20000)
+    before = snapshot(store)
+    assert run("recover", store, "--yes", "--backup-dir", tmp_path / "bk", "--broker-version", "4.9.7").exit_code == EXIT_OK
+    real = backup_module.put_range
+
+    def stopped_half_way(src, dst, at):
+        data = src.read_bytes()
+        with open(dst, "r+b") as f:
+            f.seek(at)
+            f.write(data[: len(data) // 2])
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(backup_module, "put_range", stopped_half_way)
+        assert run("restore", tmp_path / "bk", "--yes").exit_code == 128 + signal.SIGINT
+    assert snapshot(store) != before and backup_module.put_range is real
+    again = run("restore", tmp_path / "bk", "--yes")
+    assert again.exit_code == EXIT_OK, again.stderr
+    assert snapshot(store) == before
+
+
 def test_a_file_a_writer_continues_keeps_its_holes(tmp_path):
     """A queue or index file an apply rewrites is continued from a copy of its backup (``writers.open_copy``): the copy holds
     the same bytes and no more blocks. Before, ``shutil.copyfile`` wrote every hole of a preallocated file as zeros (a

@@ -228,6 +228,7 @@ class BackupSet:
     _done: set[int] = field(default_factory=set)
     _dirs: set[str] = field(default_factory=set)
     _moved: set[str] = field(default_factory=set)  # directories and symlinks moved into the backup (``move_entry``)
+    _restoring: set[str] = field(default_factory=set)  # files a restore began writing kept ranges back into (``restore-range``)
     made: list[Path] | None = None  # the directories ``create`` made, deepest first (None: not known, ``open``)
 
     @classmethod
@@ -277,7 +278,8 @@ class BackupSet:
         directory = Path(directory)
         manifest = read_manifest(directory) if manifest is None else manifest
         backup = cls(directory, Path(manifest["store"]), manifest, Journal(directory / "journal.jsonl"))
-        paths = {"backup-file": backup._files, "create": backup._created, "create-dir": backup._dirs, "move-entry": backup._moved}
+        paths = {"backup-file": backup._files, "create": backup._created, "create-dir": backup._dirs, "move-entry": backup._moved,
+                 "restore-range": backup._restoring}
         for ev in backup.journal.events():
             kind = ev.get("ev")
             if kind in paths:
@@ -495,8 +497,11 @@ class BackupSet:
         return changed
 
     def _left_by_a_restore(self, rel: str, before: dict[str, list[int] | None], now: list[int] | None) -> bool:
-        """``rel`` as a cut-short restore leaves it: as found, ranges written back, or deleted (``_make_room``)."""
+        """``rel`` as a cut-short restore leaves it: as found, ranges written back (or being written: ``restore-range``, a
+        restore stopped inside one), or deleted (``_make_room``)."""
         if rel in before and now == before[rel]:
+            return True
+        if rel in self._restoring and now is not None and before.get(rel) is not None and now[0] == before[rel][0]:
             return True
         return (now is None and rel in self._files) or self._ranges_put_back(rel, before.get(rel), now)
 
@@ -895,6 +900,7 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
             restored.append(rel)
         elif kind == "backup-range":
             if target.exists():
+                backup.journal.append({"ev": "restore-range", "path": rel})  # stopped inside it, the restore is still ours to finish
                 put_range(backup.range_copy(rel, ev["start"], ev["end"]), target, ev["start"])  # its zeros holes again
                 _set_mtime(target, ev.get("mtime_ns"))
                 restored.append(f"{rel}[{ev['start']}:{ev['end']}]")
