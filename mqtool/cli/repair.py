@@ -90,15 +90,20 @@ def planning():
 NOTHING_CHANGED = "nothing was changed: check the disk and run the command again"  # a SIGBUS before a writing command's apply
 
 
+def said_changing(root: Path, backup: Path) -> Callable[[], None]:
+    """Once an apply has begun changing the store (its backup set made: ``apply_plan``'s ``backed``), a SIGBUS's line says
+    the store may be partly changed and how to undo it; until then, that nothing was changed (``NOTHING_CHANGED``)."""
+    return lambda: sigbus_next(f"the store may be partly changed: `mqtool info {shell_path(root)}` says whether an apply was interrupted "
+                               f"and the command that finishes it; or undo it with: {undo_command(backup)}")
+
+
 @contextlib.contextmanager
 def explain_interrupt(root: Path, backup: Path):
-    """Ctrl-C (or a SIGBUS) while applying: one line on the store's state and how to finish or undo the apply."""
+    """Ctrl-C while applying: one line on the store's state and how to finish or undo the apply."""
     undo = undo_command(backup)
     existed = backup.exists()
     try:
-        with sigbus_says(f"the store may be partly changed: `mqtool info {shell_path(root)}` says whether an apply was interrupted and the "
-                         f"command that finishes it; or undo it with: {undo}"):
-            yield
+        yield
     except KeyboardInterrupt:
         # what restore undoes: a backup set or a repair's stages, unless none has a journal event yet (``BackupSet.unused``)
         sets = repair_stages(backup) or ([backup] if (backup / "manifest.json").exists() else [])
@@ -252,7 +257,7 @@ def run_modifying(command: str, store_path: Path, make_plan, *, yes, dry_run, pl
     if not yes:
         raise Refused(f"{NOT_APPLIED}: {this_command_with_yes()}")
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
-        backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache)
+        backup = writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), cache=cache, backed=said_changing(root, target))
         s = backup.summary()  # said with interrupts still deferred: a Ctrl-C after the last write is ignored
         note_undo(f"{command} applied; backup of {len(s['files'])} file(s) and {len(s['ranges'])} range(s) in {shell_path(target)}", target, finished)
 
@@ -557,8 +562,10 @@ class RepairStages:
             self.cut += plan.lost.lost_now
 
     def _mark(self) -> None:
-        """``.mqtool-repair`` written once a stage's backup set exists, never naming a directory with no stage."""
+        """``.mqtool-repair`` written once a stage's backup set exists, never naming a directory with no stage; a SIGBUS from then
+        on (the later stages planned too) says the store may be partly changed."""
         write_pending(self.root, self.target, REPAIR_MARKER)
+        said_changing(self.root, self.target)()
 
     @contextlib.contextmanager
     def marked(self):
@@ -707,7 +714,7 @@ def apply(plan_file: Annotated[Path, typer.Argument(help="A plan saved with --pl
         writer.check_inputs(root, plan)  # the preview meets the refusal --yes would: "re-run with --yes" would be refused
         raise Refused(f"{NOT_APPLIED}: {this_command_with_yes()}")
     with explain_interrupt(root, target), executor().hold_store_lock(root, force), writer.deferred_interrupts(), scans_shown():
-        writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), plan_file=plan_file)
+        writer.apply_plan(plan, target, progress=lambda m: note(f"  {m}"), plan_file=plan_file, backed=said_changing(root, target))
         note_undo(f"{plan.command} applied; backup in {shell_path(target)}", target, finished)
 
 
