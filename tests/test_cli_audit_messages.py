@@ -158,6 +158,7 @@ def test_ctrl_c_under_a_progress_bar_ends_with_the_bar_gone_and_one_clean_line(t
 SHRINKS_WHILE_MAPPED = """import os, sys
 from pathlib import Path
 import mqtool.apply.executor as executor
+import mqtool.cli.repair as repair
 import mqtool.store.mappedfile as mappedfile
 when, state = sys.argv.pop(1), {"applying": False, "done": False}
 init, stage = mappedfile.MappedFile.__init__, executor.Executor._stage_dispatch
@@ -173,7 +174,12 @@ def staging(self):
     state["applying"] = True
     return stage(self)
 
-mappedfile.MappedFile.__init__, executor.Executor._stage_dispatch = shrinking, staging
+def stages(self, *args, **kwargs):  # "stages": from repair's first stage's planning on
+    state["applying"] = state["applying"] or when == "stages"
+    made(self, *args, **kwargs)
+
+made = repair.RepairStages.__init__
+mappedfile.MappedFile.__init__, executor.Executor._stage_dispatch, repair.RepairStages.__init__ = shrinking, staging, stages
 from mqtool.cli import main
 sys.argv[0] = "mqtool"
 main()
@@ -212,6 +218,32 @@ def test_a_sigbus_while_planning_says_the_file_and_that_nothing_was_changed(tmp_
     assert done.stderr.startswith(f"mqtool: error: {shell_path(segment)} could not be read through its memory map (SIGBUS"), done.stderr
     assert done.stderr.endswith("; nothing was changed: check the disk and run the command again\n"), done.stderr
     assert tree(store, but=(segment.name,)) == before and sorted(p.name for p in tmp_path.iterdir()) == ["on call"]
+
+
+def test_a_sigbus_on_a_terminal_blanks_the_bars_line_first(tmp_path):
+    """``verify --progress`` on a terminal whose first segment shrinks under its map. Before: the handler's line was written
+    where the cursor stood, at the end of a progress bar (``recovery scan: 0%|...| 0.00/268M [...]mqtool: error: ...``). Now
+    it blanks the line first, as a Ctrl-C's line does; not where no escape is written (a pipe: the tests above)."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
+    code, raw = terminal_run(["planning", "verify", store, "--progress"], program=SHRINKS_WHILE_MAPPED)
+    assert code == 3 and raw.endswith("\r\x1b[Kmqtool: error: " + shell_path(store / "commitlog" / "00000000000000000000") +
+                                      " could not be read through its memory map (SIGBUS: the file shrank while mapped, or its filesystem is "
+                                      "full, e.g. a full tmpfs); check the disk and run the command again\n"), raw[-500:]
+    assert not [line for line in shown(raw, 100) if "%|" in line], raw[-500:]
+
+
+def test_a_sigbus_while_repair_plans_its_first_stage_says_nothing_was_changed(tmp_path):
+    """``repair STORE --yes`` whose first segment shrinks under its map while its first stage is planned (the plan shown, no
+    stage applied). Before: "the store may be partly changed ... undo it with: mqtool restore BACKUP --yes", a backup that did
+    not exist. Now "nothing was changed", and the store holds no backup and no marker."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
+    segment = store / "commitlog" / "00000000000000000000"
+    before = tree(store, but=(segment.name,))
+    done = sigbus_in("stages", "repair", store, "--yes", "--backup-dir", tmp_path / "bk")
+    line = done.stderr.splitlines()[-1]
+    assert done.returncode == 3 and line.startswith(f"mqtool: error: {shell_path(segment)} could not be read through its memory map"), done.stderr
+    assert line.endswith("; nothing was changed: check the disk and run the command again"), line
+    assert tree(store, but=(segment.name,)) == before and not (tmp_path / "bk").exists()
 
 
 def test_a_sigbus_while_applying_says_the_file_and_the_restore_that_undoes_it(tmp_path):

@@ -286,8 +286,9 @@ def _options(debug: DebugOpt = False, quiet: QuietOpt = False, version: VersionO
     """
     from ..allocator import keep_freed_memory
     from ..store.mappedfile import exit_on_sigbus
+    from .terminal import color
 
-    exit_on_sigbus()  # every command: a mapped file that shrinks, or a full filesystem, is one line and exit 3
+    exit_on_sigbus(erase_line=color(sys.stderr))  # every command: a mapped file that shrinks, or a full filesystem, is one line and exit 3
     keep_freed_memory()  # every command: the batches' memory is reused, not faulted in again (``allocator.py``)
 
 

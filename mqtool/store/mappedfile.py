@@ -268,6 +268,7 @@ SIGBUS_LINE = ("mqtool: error: ", "a store file", " could not be read through it
 SIGBUS_NEXT = "check the disk and run the command again"
 _sigbus_handled = False
 _sigbus_next = SIGBUS_NEXT  # what the line ends with now (``sigbus_says``)
+_sigbus_blank = ""  # written before the line: a terminal's erase of a progress bar's line (``exit_on_sigbus``)
 
 
 def sigbus_handled() -> bool:
@@ -280,14 +281,16 @@ def _install_sigbus(next_step: str, worker: bool = False) -> None:
     from ._sigbus import install
 
     before, subject, after = SIGBUS_LINE
-    install(before.encode(), subject.encode(), f"{after}{next_step}\n".encode(), EXIT_BAD_INPUT, worker)
+    install(f"{_sigbus_blank}{before}".encode(), subject.encode(), f"{after}{next_step}\n".encode(), EXIT_BAD_INPUT, worker)
     _sigbus_next = next_step
 
 
-def exit_on_sigbus(*, worker: bool = False) -> None:
+def exit_on_sigbus(*, worker: bool = False, erase_line: bool = False) -> None:
     """A SIGBUS made one stderr line naming the mapped file and exit 3 by a compiled handler (``_sigbus.pyx``); ``worker``: sent to
-    the parent. Called again (a command run again in the same process), the line's end is ``SIGBUS_NEXT`` again."""
-    global _sigbus_handled
+    the parent; ``erase_line``: stderr is a terminal whose line may hold a progress bar, blanked first (as a Ctrl-C's line is).
+    Called again (a command run again in the same process), the line's end is ``SIGBUS_NEXT`` again."""
+    global _sigbus_handled, _sigbus_blank
+    _sigbus_blank = "\r\x1b[K" if erase_line else ""
     if _sigbus_handled and not worker:
         if _sigbus_next != SIGBUS_NEXT:
             _install_sigbus(SIGBUS_NEXT)
