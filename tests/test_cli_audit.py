@@ -547,7 +547,7 @@ def test_restore_twice_says_there_is_nothing_to_restore(tmp_path):
         assert again.exit_code == 0, again.stderr
         from mqtool.cli.output import iso_ms
 
-        assert again.stderr.strip() == f"mqtool: nothing to restore: {backup} was already restored ({iso_ms(restored_ms)}); its files were put back then"
+        assert again.stderr.strip() == f"mqtool: nothing to restore: {shell_path(backup)} was already restored ({iso_ms(restored_ms)}); its files were put back then"
         assert f"restored yes, {iso_ms(restored_ms)}" in " ".join(again.stdout.split())
         assert "  restore " not in again.stdout  # no list of files it would put back
     assert tree(store) == after_broker
@@ -953,11 +953,11 @@ def test_a_backup_that_cannot_start_leaves_no_directory_behind(tmp_path):
 def test_sigbus_while_applying_says_how_to_finish_or_undo(inside):
     """A SIGBUS during ``recover --yes`` on a full tmpfs said only "check the disk and run the
     command again", not that the store may be partly changed nor how to undo it. Inside the
-    apply's block the line says both; after it, the usual line is back."""
+    apply's block, once its backup set exists (``said_changing``), the line says both; after it, the usual line is back."""
     code = ("import os, signal; from pathlib import Path; from mqtool.store.mappedfile import exit_on_sigbus; "
-            "from mqtool.cli.repair import explain_interrupt; exit_on_sigbus(); "
-            "block = explain_interrupt(Path('/data/on call/store'), Path('/data/my backup')); "
-            + ("block.__enter__(); " if inside else "block.__enter__(); block.__exit__(None, None, None); ")
+            "from mqtool.cli.repair import explain_interrupt, said_changing; exit_on_sigbus(); "
+            "root, backup = Path('/data/on call/store'), Path('/data/my backup'); block = explain_interrupt(root, backup); "
+            "block.__enter__(); said_changing(root, backup)(); " + ("" if inside else "block.__exit__(None, None, None); ")
             + "os.kill(os.getpid(), signal.SIGBUS)")
     done = subprocess.run([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, cwd=ROOT)
     assert done.returncode == EXIT_BAD_INPUT and done.stderr.count("\n") == 1, done.stderr
