@@ -25,6 +25,7 @@ from mqtool.apply import BackupSet, read_pending, restore
 from mqtool.apply.backup import STAGING_DIR, repair_stages
 from mqtool.cli import app
 from mqtool.errors import EXIT_BAD_INPUT, EXIT_FINDINGS, EXIT_INTERNAL, EXIT_OK, EXIT_REFUSED
+from mqtool.fileops import shell_path
 from repair_support import ROOT, cli, damage_index_entry, index_rebuild_rewrites_every_file, mqtool
 
 runner = CliRunner()
@@ -705,6 +706,8 @@ def test_an_interrupted_apply_whose_backup_is_gone_says_the_way_on(tmp_path):
         assert result.exit_code == code and "is gone" in said and way_on in said and "undo it with" not in said, (args, result.stderr)
     gone = run("restore", tmp_path / "backup", "--yes")
     assert gone.exit_code == EXIT_BAD_INPUT and "no such backup directory" in gone.stderr, gone.stderr
+    elsewhere = tmp_path / "an old backup"  # named as a shell reads it (before: unquoted)
+    assert run("restore", elsewhere, "--yes").stderr == f"mqtool: error: {shell_path(elsewhere)}: no such backup directory (deleted or moved?)\n"
     (store / PENDING_MARKER).unlink()
     again = run("recover", store, "--yes", "--backup-dir", tmp_path / "backup2")
     assert again.exit_code == EXIT_OK and "is gone" not in again.stderr, again.stderr

@@ -230,7 +230,7 @@ def refuse_no_room(root: Path, plan: Plan, backup_dir: Path, step: str | None = 
     free = shutil.disk_usage(where).free
     if needed > free:
         stages = f" (this stage and the {len(later)} planned after it)" if later else ""
-        raise Refused(f"{backup_dir}: the backup needs {needed} bytes{stages} and its file system has {free} free; nothing changed: "
+        raise Refused(f"{shell_path(backup_dir)}: the backup needs {needed} bytes{stages} and its file system has {free} free; nothing changed: "
                       "free space there or give a --backup-dir with room")
     return reserve
 
@@ -562,7 +562,7 @@ def hold_store_lock(store_root: Path, force: bool = False):
         except OSError as exc:
             if exc.errno != errno.EROFS:
                 raise
-            raise BadInput(f"{store_root}: on a read-only filesystem, nothing changed: remount it read-write, or copy the store and work on the copy") from None
+            raise BadInput(f"{shell_path(store_root)}: on a read-only filesystem, nothing changed: remount it read-write, or copy the store and work on the copy") from None
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
         except OSError:

@@ -737,7 +737,7 @@ def restore_cmd(backup: Annotated[Path, typer.Argument(help="A backup directory 
         note(f"nothing to restore: {why}")
         return
     if not backup.exists():
-        raise BadInput(f"{backup}: no such backup directory (deleted or moved?)")
+        raise BadInput(f"{shell_path(backup)}: no such backup directory (deleted or moved?)")
     if not backup.is_dir():
         raise BadInput(f"{backup}: not an mqtool backup (a backup is the directory a repair command named: undo with: mqtool restore DIR --yes)")
     stages = repair_stages(backup)
@@ -783,7 +783,7 @@ def _restore_set(backup: Path, *, yes: bool, force: bool, fmt: OutputFormat, sho
         emit_plan(summary, fmt, render_backup)
     root = backup_set.store_root
     if summary["restored_ms"] is not None:  # restoring again could only discard what happened since
-        note(f"{stage}nothing to restore: {backup} was already restored ({iso_ms(summary['restored_ms'])}); its files were put back then")
+        note(f"{stage}nothing to restore: {shell_path(backup)} was already restored ({iso_ms(summary['restored_ms'])}); its files were put back then")
         if yes and root.is_dir() and not store_users(root, []):  # another mqtool applying owns its temporaries
             _note_removed([str(p.relative_to(root)) for p in remove_leftovers(root)])
             clear_repair_mark(root, unless_applied=True)  # a restore killed as it ended kept the mark of a repair now undone
