@@ -668,6 +668,20 @@ def test_a_restore_stopped_inside_a_range_it_writes_back_finishes_when_run_again
     assert snapshot(store) == before
 
 
+def test_restore_lists_for_deletion_only_the_created_files_that_are_there(tmp_path):
+    """An apply stopped after it logged a file it creates (``note_creates``) and before it made it: the restore deletes
+    nothing there. Before, its listing said ``delete  index/...`` and "files it created 1", then "deleted 0 file(s)"."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "s")
+    assert run("recover", store, "--yes", "--backup-dir", tmp_path / "bk").exit_code == EXIT_OK
+    created = BackupSet.open(tmp_path / "bk").summary()["created"]
+    assert created and all((store / rel).exists() for rel in created)
+    shown = run("restore", tmp_path / "bk")
+    assert [f"delete  {rel}" for rel in created] == [line.strip() for line in shown.stdout.splitlines() if line.strip().startswith("delete ")]
+    (store / created[0]).unlink()  # as never made
+    shown = run("restore", tmp_path / "bk")
+    assert f"delete  {created[0]}" not in shown.stdout and f"{len(created) - 1} (deleted on restore)" in shown.stdout, shown.stdout
+
+
 def test_a_file_a_writer_continues_keeps_its_holes(tmp_path):
     """A queue or index file an apply rewrites is continued from a copy of its backup (``writers.open_copy``): the copy holds
     the same bytes and no more blocks. Before, ``shutil.copyfile`` wrote every hole of a preallocated file as zeros (a

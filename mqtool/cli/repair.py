@@ -9,6 +9,7 @@ import functools
 import glob
 import importlib
 import inspect
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Callable, Optional
@@ -1006,16 +1007,18 @@ def render_repair(console: Screen, doc: dict) -> None:
 
 
 def render_backup(console: Screen, doc: dict) -> None:
+    # to delete: the files the apply created that are there (one it logged and was stopped before making is not)
+    created = doc["created"] if doc["restored_ms"] is not None else [p for p in doc["created"] if os.path.lexists(Path(doc["store"]) / p)]
     console.print(kv_table("Backup", [
         ("backup", shell_path(doc["backup"])), ("store", shell_path(doc["store"])),  # quoted: a path with spaces is one word, never wrapped
         *((key, doc[key]) for key in ("command", "step", "complete") if key != "step" or doc["step"]),
         ("restored", "no" if doc["restored_ms"] is None else f"yes, {iso_ms(doc['restored_ms'])}"), ("whole files", len(doc["files"])),
-        ("byte ranges", len(doc["ranges"])), ("files it created", f"{len(doc['created'])} (deleted on restore)"), ("bytes kept", doc["bytes"])]))
+        ("byte ranges", len(doc["ranges"])), ("files it created", f"{len(created)} (deleted on restore)"), ("bytes kept", doc["bytes"])]))
     if doc["restored_ms"] is not None:
         return  # what it would put back was put back then
     for path in doc["files"]:  # paths as they are: no markup in them (``[/]`` in a name)
         console.print(f"  restore {path}", markup=False)
     for r in doc["ranges"]:
         console.print(f"  restore {r['path']} [{r['start']}, {r['end']})", markup=False)
-    for path in doc["created"]:
+    for path in created:
         console.print(f"  delete  {path}", markup=False)
