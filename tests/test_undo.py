@@ -682,6 +682,33 @@ def test_restore_lists_for_deletion_only_the_created_files_that_are_there(tmp_pa
     assert f"delete  {created[0]}" not in shown.stdout and f"{len(created) - 1} (deleted on restore)" in shown.stdout, shown.stdout
 
 
+def test_a_range_the_store_refuses_to_take_back_is_said_left_unchanged(tmp_path, monkeypatch):
+    """``restore`` writing a kept range back into a file it may not write (``chattr +i``: EPERM on open): the line names the
+    file, quoted, and says it was left unchanged, as the apply's refused writes do; fixed, the restore run again finishes."""
+    import errno
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
+    segment = store / "commitlog" / "00000000000003145728"
+    with open(segment, "r+b") as f:
+        f.seek(600000)
+        f.write(b"\1" * 20000)
+    before = snapshot(store)
+    assert run("recover", store, "--yes", "--backup-dir", tmp_path / "bk", "--broker-version", "4.9.7").exit_code == EXIT_OK
+    real = os.open
+
+    def immutable(path, flags, *args, **kwargs):
+        if str(path) == str(segment) and flags & (os.O_WRONLY | os.O_RDWR):
+            raise OSError(errno.EPERM, "Operation not permitted", str(path))
+        return real(path, flags, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "open", immutable)
+        refused = run("restore", tmp_path / "bk", "--yes")
+    assert refused.exit_code == EXIT_BAD_INPUT, refused.stderr
+    assert f"error: {shell_path(segment)}: Operation not permitted; left unchanged; fix this" in refused.stderr, refused.stderr
+    assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK and snapshot(store) == before
+
+
 def test_a_file_a_writer_continues_keeps_its_holes(tmp_path):
     """A queue or index file an apply rewrites is continued from a copy of its backup (``writers.open_copy``): the copy holds
     the same bytes and no more blocks. Before, ``shutil.copyfile`` wrote every hole of a preallocated file as zeros (a

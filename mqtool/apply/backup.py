@@ -901,7 +901,8 @@ def restore(backup: BackupSet, *, force: bool = False) -> dict:
         elif kind == "backup-range":
             if target.exists():
                 backup.journal.append({"ev": "restore-range", "path": rel})  # stopped inside it, the restore is still ours to finish
-                put_range(backup.range_copy(rel, ev["start"], ev["end"]), target, ev["start"])  # its zeros holes again
+                with left_unchanged(target):  # refused before a byte was written (an immutable file): said so
+                    put_range(backup.range_copy(rel, ev["start"], ev["end"]), target, ev["start"])  # its zeros holes again
                 _set_mtime(target, ev.get("mtime_ns"))
                 restored.append(f"{rel}[{ev['start']}:{ev['end']}]")
                 if put_back is not None:
