@@ -130,24 +130,26 @@ def shown(raw: str, columns: int) -> list[str]:
     return [line.rstrip() for line in lines]
 
 
-def ctrl_c_under_a_bar(args, columns: int = 100) -> tuple[int, list[str]]:
+def ctrl_c_under_a_bar(args, columns: int = 100, env=None) -> tuple[int, list[str]]:
     """``mqtool ARGS`` on a pseudo-terminal it has as its controlling terminal (as a shell's foreground job), its progress bar
     held where drawn until Ctrl-C is typed into the terminal, which echoes ``^C`` and sends SIGINT: the exit code and screen."""
     held = ("import sys, time; import mqtool.cli.progress as p; advance = p.ByteProgress.advance; "
             "p.ByteProgress.advance = lambda self, offset: time.sleep(60) if self.bar is not None else advance(self, offset); "
             "from mqtool.cli import main; sys.argv = ['mqtool', *sys.argv[1:]]; main()")
-    code, raw = terminal_run(args, columns, timeout=60, program=held, type_when=(b"%|", b"\x03"))  # typed once the bar is drawn
+    code, raw = terminal_run(args, columns, env, timeout=60, program=held, type_when=(b"%|", b"\x03"))  # typed once the bar is drawn
     return code, [line for line in shown(raw, columns) if line]
 
 
 def test_ctrl_c_under_a_progress_bar_ends_with_the_bar_gone_and_one_clean_line(tmp_path):
     """Ctrl-C while ``verify`` or ``salvage --out FILE`` shows its progress bar, at 100 columns. Before: the terminal's echoed
     ``^C``, two columns past the bar, stayed at the end of the next line, ``mqtool: error: interrupted  ...  ^C`` (salvage: at
-    the end of its note on the rows' file): tqdm blanks only the bar's own width. Now the line is blanked whole first."""
+    the end of its note on the rows' file): tqdm blanks only the bar's own width. Now the line is blanked whole first, with
+    blanks where no escape sequence is written (``NO_COLOR``)."""
     store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
-    code, lines = ctrl_c_under_a_bar(["verify", store, "--progress"])
-    assert (code, lines[-1:]) == (130, ["mqtool: error: interrupted"]), lines
-    assert not [line for line in lines if "^C" in line or "%|" in line], lines
+    for env in (None, {"NO_COLOR": "1"}):
+        code, lines = ctrl_c_under_a_bar(["verify", store, "--progress"], env=env)
+        assert (code, lines[-1:]) == (130, ["mqtool: error: interrupted"]), (env, lines)
+        assert not [line for line in lines if "^C" in line or "%|" in line], (env, lines)
     rows = tmp_path / "rows.jsonl"
     code, lines = ctrl_c_under_a_bar(["salvage", store, "-f", "jsonl", "--out", rows, "--progress"])
     assert (code, lines[-1]) == (130, "mqtool: error: interrupted"), lines

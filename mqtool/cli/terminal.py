@@ -152,12 +152,12 @@ def clear_bars() -> None:
 def erase_line() -> None:
     """Blank stderr's line on a terminal: tqdm blanks only its bar's width, not the ``^C`` the terminal echoed after the bar
     (``progress.bar_width`` leaves it the room), which the next line (``mqtool: error: interrupted``) would end with. An escape
-    sequence, so not where ``color`` writes none (``NO_COLOR``, ``TERM=dumb``)."""
+    sequence where ``color`` writes them, else (``NO_COLOR``, ``TERM=dumb``) blanks over the line, as tqdm's own are."""
     global _bar_line
     _bar_line = False
-    if color(sys.stderr):
+    if isatty(sys.stderr):
         try:
-            sys.stderr.write("\r\x1b[K")
+            sys.stderr.write("\r\x1b[K" if color(sys.stderr) else "\r" + " " * width() + "\r")
             sys.stderr.flush()
         except (OSError, ValueError):  # a closed or vanished terminal: the line it would blank is gone too
             pass
