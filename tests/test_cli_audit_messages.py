@@ -157,6 +157,17 @@ def test_ctrl_c_under_a_progress_bar_ends_with_the_bar_gone_and_one_clean_line(t
     assert " ".join(lines[:-1]) == (kept if rows.exists() else ""), lines  # wrapped at 100
 
 
+def test_ctrl_c_with_no_bar_ends_with_one_clean_line(tmp_path):
+    """Ctrl-C while ``verify -q`` runs (no bar drawn): before, the terminal's echoed ``^C`` began the interrupted line
+    (``^Cmqtool: error: interrupted``, seen on a restore); now the line is blanked first."""
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
+    held = ("import os, sys, time; import mqtool.cli.progress as p; "
+            "p.ByteProgress.advance = lambda self, offset: (os.write(1, b'HELD\\r\\n'), time.sleep(60)); "
+            "from mqtool.cli import main; sys.argv = ['mqtool', *sys.argv[1:]]; main()")
+    code, raw = terminal_run(["verify", store, "-q"], timeout=60, program=held, type_when=(b"HELD", b"\x03"))
+    assert (code, [line for line in shown(raw, 100) if line]) == (130, ["HELD", "mqtool: error: interrupted"]), raw
+
+
 SHRINKS_WHILE_MAPPED = """import os, sys
 from pathlib import Path
 import mqtool.apply.executor as executor

@@ -96,12 +96,11 @@ class CommandsOnUse(Mapping):
 
 def _error(message: str, code: int, *, traceback: bool = False) -> int:
     """``message`` as the one error line (``traceback``: under ``--debug``); terminal code imported only here."""
-    from .terminal import clear_bars, debug_traceback, write_stderr
+    from .terminal import debug_traceback, error_line
 
     if traceback:
         debug_traceback()
-    clear_bars()
-    write_stderr("mqtool: error: " + " ".join(str(message).split()))
+    error_line(" ".join(str(message).split()), code)
     return code
 
 

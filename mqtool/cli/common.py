@@ -20,11 +20,10 @@ from ..store.commitlog import ScanEnd
 from ..store.records import message_dict
 from .output import OutputFormat
 from .state import State
-from .terminal import clear_bars, debug_traceback, note, to_devnull, write_stderr
+from .terminal import debug_traceback, error_line, note, to_devnull
 
 def fail(message: str, code: int) -> None:
-    clear_bars()
-    write_stderr(f"mqtool: error: {message}")
+    error_line(message, code)
     raise typer.Exit(code)
 
 

@@ -22,6 +22,15 @@ def debug_traceback() -> None:
         traceback.print_exc()
 
 
+def error_line(message: str, code: int) -> None:
+    """The one ``mqtool: error:`` line, on a line of its own: the bars erased, and after a Ctrl-C (``code`` 130) the ``^C`` the
+    terminal echoed where no bar was."""
+    clear_bars()
+    if code == 130:
+        erase_line()
+    write_stderr(f"mqtool: error: {message}")
+
+
 def write_stderr(line: str) -> None:
     """``line`` on stderr without cursor-moving control codes (``table.visible``), after ending stdout's open line; once an apply
     is confirmed (``State.output_may_close``) a closed stderr drops it."""
