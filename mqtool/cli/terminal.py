@@ -24,9 +24,9 @@ def debug_traceback() -> None:
 
 def error_line(message: str, code: int) -> None:
     """The one ``mqtool: error:`` line, on a line of its own: the bars erased, and after a Ctrl-C (``code`` 130) the ``^C`` the
-    terminal echoed where no bar was."""
+    terminal echoed where no bar was (not a line of stdout's output left open: ``write_stderr`` ends it)."""
     clear_bars()
-    if code == 130:
+    if code == 130 and not WholeWrites.line_open:
         erase_line()
     write_stderr(f"mqtool: error: {message}")
 
