@@ -613,6 +613,19 @@ def test_a_kept_range_written_back_is_byte_exact_at_any_offset(tmp_path, monkeyp
         assert target.read_bytes() == other[:start] + original[start:end] + other[end:]
 
 
+def recovered_over_a_dirty_tail(where: Path, backup: Path) -> tuple[Path, Path, dict]:
+    """4.9.7 ``crashed-small`` with bytes after its valid end in its last segment, ``recover --yes``'d (that range backed up
+    and zeroed): the store, the segment, the store's snapshot before."""
+    store = copy_store("4.9.7", "crashed-small", where)
+    segment = store / "commitlog" / "00000000000003145728"
+    with open(segment, "r+b") as f:
+        f.seek(600000)
+        f.write(b"\1" * 20000)
+    before = snapshot(store)
+    assert run("recover", store, "--yes", "--backup-dir", backup, "--broker-version", "4.9.7").exit_code == EXIT_OK
+    return store, segment, before
+
+
 @pytest.mark.parametrize("punch", ["no fallocate", "refused"])
 def test_where_no_hole_can_be_punched_the_cut_and_its_restore_write_the_zeros(punch, tmp_path, monkeypatch):
     """A file system that punches no hole (``fallocate`` absent, or EOPNOTSUPP as some give): the cut and the restore of
@@ -627,13 +640,7 @@ def test_where_no_hole_can_be_punched_the_cut_and_its_restore_write_the_zeros(pu
         return -1
 
     monkeypatch.setattr(fileops, "_fallocate", (lambda: None) if punch == "no fallocate" else (lambda: refused))
-    store = copy_store("4.9.7", "crashed-small", tmp_path / "s")
-    segment = store / "commitlog" / "00000000000003145728"
-    with open(segment, "r+b") as f:
-        f.seek(600000)
-        f.write(b"\1" * 20000)
-    before = snapshot(store)
-    assert run("recover", store, "--yes", "--backup-dir", tmp_path / "bk", "--broker-version", "4.9.7").exit_code == EXIT_OK
+    store, segment, before = recovered_over_a_dirty_tail(tmp_path / "s", tmp_path / "bk")
     assert fileops.read_range(segment, 600000, 620000) == bytes(20000)  # cut
     assert run("restore", tmp_path / "bk", "--yes").exit_code == EXIT_OK
     assert snapshot(store) == before
@@ -643,13 +650,7 @@ def test_a_restore_stopped_inside_a_range_it_writes_back_finishes_when_run_again
     """Ctrl-C (or a kill) while ``restore`` writes a kept range back: half of it written, the file neither as the apply left it
     nor as found. Before, the restore it said to run again refused ("changed after the recover by something other than
     mqtool"); only --force finished it. Now the restore journals the range it begins (``restore-range``) and run again finishes."""
-    store = copy_store("4.9.7", "crashed-small", tmp_path / "s")
-    segment = store / "commitlog" / "00000000000003145728"
-    with open(segment, "r+b") as f:  # a dirty tail after the valid end: recover backs up that range and zeroes it
-        f.seek(600000)
-        f.write(b"\1" * 20000)
-    before = snapshot(store)
-    assert run("recover", store, "--yes", "--backup-dir", tmp_path / "bk", "--broker-version", "4.9.7").exit_code == EXIT_OK
+    store, segment, before = recovered_over_a_dirty_tail(tmp_path / "s", tmp_path / "bk")
     real = backup_module.put_range
 
     def stopped_half_way(src, dst, at):
@@ -687,13 +688,7 @@ def test_a_range_the_store_refuses_to_take_back_is_said_left_unchanged(tmp_path,
     file, quoted, and says it was left unchanged, as the apply's refused writes do; fixed, the restore run again finishes."""
     import errno
 
-    store = copy_store("4.9.7", "crashed-small", tmp_path / "on call")
-    segment = store / "commitlog" / "00000000000003145728"
-    with open(segment, "r+b") as f:
-        f.seek(600000)
-        f.write(b"\1" * 20000)
-    before = snapshot(store)
-    assert run("recover", store, "--yes", "--backup-dir", tmp_path / "bk", "--broker-version", "4.9.7").exit_code == EXIT_OK
+    store, segment, before = recovered_over_a_dirty_tail(tmp_path / "on call", tmp_path / "bk")
     real = os.open
 
     def immutable(path, flags, *args, **kwargs):
