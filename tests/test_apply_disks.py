@@ -608,6 +608,32 @@ def test_a_full_store_disk_while_the_dispatch_is_staged_is_named(tmp_path, monke
     assert run(*args).exit_code == 0 and run("verify", store).exit_code == 0
 
 
+def test_a_range_the_full_backup_disk_refuses_is_named_as_its_copy(tmp_path, monkeypatch):
+    """The backup's disk full while a kept range is copied (``BackupSet._keep_range``): the line names the range's copy in the
+    backup, not created, not its ``.mqtool-tmp``; the store is as it was."""
+    import errno
+
+    store = copy_store("4.9.7", "crashed-small", tmp_path / "store")
+    with open(store / "commitlog" / "00000000000003145728", "r+b") as f:  # bytes after the valid end: a range to keep
+        f.seek(600000)
+        f.write(b"\1" * 20000)
+    before = tree(store)
+    real = os.pwrite
+
+    def pwrite(fd, data, offset):
+        if "/ranges/" in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data, offset)
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "pwrite", pwrite)
+        stopped = run("recover", store, "--yes", "--backup-dir", tmp_path / "backup", "--broker-version", "4.9.7")
+    last = stopped.stderr.strip().splitlines()[-1]
+    assert stopped.exit_code == 3 and fileops.TMP_SUFFIX not in last, stopped.stderr
+    assert re.search(rf"error: {re.escape(str(tmp_path / 'backup' / 'ranges'))}/\S+@\d+-\d+: No space left on device; not created", last), last
+    assert {k: v for k, v in tree(store).items() if not k.startswith(".mqtool-")} == before
+
+
 @pytest.mark.parametrize("command", ["recover", "repair"])
 def test_a_full_disk_while_staging_says_the_store_was_not_changed(tmp_path, monkeypatch, command):
     """Before: a full store disk while the rebuilt files were staged, before the apply's first action, said "the apply

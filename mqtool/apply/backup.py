@@ -407,9 +407,11 @@ class BackupSet:
 
     def _keep_range(self, rel: str, start: int, end: int, copy: Path) -> None:
         """``copy`` made durably of ``rel``'s bytes ``[start, end)``, as sparse as they are (a cut of a preallocated segment is
-        mostly holes), via a temporary file: a kill leaves no part-written copy under its name."""
+        mostly holes), via a temporary file: a kill leaves no part-written copy under its name, a refused one is said as ``copy``'s
+        (``left_unchanged``), as ``link_or_copy``'s are."""
         tmp = beside(copy)
-        copy_range_sparse(self.store_root / rel, start, end, tmp)
+        with left_unchanged(copy):
+            copy_range_sparse(self.store_root / rel, start, end, tmp)
         os.replace(tmp, copy)
         fsync_dir(copy.parent)
 
