@@ -288,13 +288,9 @@ def _install_sigbus(next_step: str, worker: bool = False) -> None:
 def exit_on_sigbus(*, worker: bool = False, erase_line: bool = False) -> None:
     """A SIGBUS made one stderr line naming the mapped file and exit 3 by a compiled handler (``_sigbus.pyx``); ``worker``: sent to
     the parent; ``erase_line``: stderr is a terminal whose line may hold a progress bar, blanked first (as a Ctrl-C's line is).
-    Called again (a command run again in the same process), the line's end is ``SIGBUS_NEXT`` again."""
+    Called again (a command run again in the same process), installed anew: ``SIGBUS_NEXT`` and this call's ``erase_line``."""
     global _sigbus_handled, _sigbus_blank
     _sigbus_blank = "\r\x1b[K" if erase_line else ""
-    if _sigbus_handled and not worker:
-        if _sigbus_next != SIGBUS_NEXT:
-            _install_sigbus(SIGBUS_NEXT)
-        return
     _install_sigbus(SIGBUS_NEXT, worker)
     _sigbus_handled = True
 
